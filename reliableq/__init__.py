@@ -1,0 +1,24 @@
+"""ReliableQ: a PostgreSQL-backed job queue, built to show why each reliability mechanism exists.
+
+Layout (one noun per module):
+    config    the mechanism switches (`Mechanisms`) and worker settings
+    sql       loads schemas and named queries from `sql/`; the only place SQL comes from
+    db        where the databases are (embedded PostgreSQL or DATABASE_URL), pools, migrations
+    payload   what a client may submit, validated before anything is stored
+    queue     the repository: submit, claim, renew, succeed, retry, dead, replay (fenced by lease token)
+    backoff   capped exponential backoff with full jitter, seedable
+    charge    the charge service (its own database, idempotency keys) and the worker's client
+    api       the HTTP API: submit (202 after commit), inspect, replay
+    worker    the asyncio worker: permits, leases, classification, graceful shutdown
+    faults    named crash and pause points the harness arms
+    servers   ASGI apps on loopback in a background thread
+    harness   a whole system for one experiment on scratch databases
+    ledger    A/H/C/F per job, read from PostgreSQL
+    demo      `reliableq demo`: crash after the charge, recover, count
+    cli       the `reliableq` command
+
+What the full system guarantees: an acknowledged job is durable; it may run more than once, but it
+commits one charge and is finalized once. What it does not: that a handler runs exactly once.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""`python -m reliableq` is the `reliableq` command."""
+
+import sys
+
+from reliableq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,153 @@
+"""The HTTP API clients submit jobs through, and operators inspect and replay them with.
+
+With commit_before_ack on (the real system), `POST /v1/jobs` answers 202 only after the insert has
+committed: an acknowledged job survives any crash that follows. With it off, the 202 goes out first
+and the insert runs after the response, so a crash in between loses an acknowledged job. Bad input
+gets a 4xx with a one-line message and stores nothing. This module does not run jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.background import BackgroundTask
+
+from reliableq import db
+from reliableq.config import MAX_PAYLOAD_BYTES, Mechanisms
+from reliableq.faults import FaultPlan, WorkerCrashed
+from reliableq.payload import InvalidSubmission, Submission, parse_submission
+from reliableq.queue import STATUSES, Queue
+
+log = logging.getLogger("reliableq.api")
+DEFAULT_REPLAY_BUDGET = 5
+MAX_LIST_LIMIT = 1000
+
+
+def _error(status_code: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status_code)
+
+
+def _parse_job_id(raw: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        return None
+
+
+def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultPlan | None = None,
+                   api_token: str | None = None, pool_size: int = 10) -> FastAPI:
+    """The API as an ASGI app over the queue's database. `api_token`: require this bearer token."""
+    faults = faults or FaultPlan()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        pool = await db.open_pool_checked(database_url, max_size=pool_size)
+        app.state.queue = Queue(pool, mechanisms, faults)
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(title="ReliableQ API", lifespan=lifespan)
+
+    if api_token:
+        @app.middleware("http")
+        async def require_token(request: Request, call_next):
+            supplied = request.headers.get("Authorization", "")
+            if request.url.path != "/healthz" and not secrets.compare_digest(supplied, f"Bearer {api_token}"):
+                return _error(401, "missing or wrong bearer token")
+            return await call_next(request)
+
+    def queue(request: Request) -> Queue:
+        return request.app.state.queue
+
+    @app.post("/v1/jobs", status_code=202)
+    async def submit_job(request: Request) -> JSONResponse:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_PAYLOAD_BYTES:
+            return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+        body = await request.body()
+        if len(body) > MAX_PAYLOAD_BYTES:
+            return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+        try:
+            submission = parse_submission(json.loads(body))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return _error(400, f"invalid JSON: {error}")
+        except InvalidSubmission as error:
+            return _error(422, str(error))
+        job_id = uuid.uuid4()
+        accepted = {"id": str(job_id), "status": "PENDING", "idempotency_key": f"reliableq:charge:{job_id}"}
+        if mechanisms.commit_before_ack:
+            await queue(request).submit(submission, job_id)
+            return JSONResponse(accepted, status_code=202)
+        # The naive order: acknowledge first, store afterwards. The window is real.
+        return JSONResponse(accepted, status_code=202,
+                            background=BackgroundTask(_store_after_ack, queue(request), submission, job_id, faults))
+
+    @app.get("/v1/jobs")
+    async def list_jobs(request: Request, status: str | None = None, limit: int = 100) -> JSONResponse:
+        if status is not None and status.upper() not in STATUSES:
+            return _error(400, f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            return _error(400, f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        jobs = await queue(request).list(status.upper() if status else None, limit)
+        return JSONResponse({"jobs": [job.as_json() for job in jobs], "counts": await queue(request).counts()})
+
+    @app.get("/v1/jobs/{job_id}")
+    async def show_job(request: Request, job_id: str) -> JSONResponse:
+        parsed = _parse_job_id(job_id)
+        if parsed is None:
+            return _error(400, f"{job_id!r} is not a job id (a UUID)")
+        job = await queue(request).get(parsed)
+        if job is None:
+            return _error(404, f"no job {parsed}")
+        attempts = await queue(request).attempts_of(parsed)
+        events = await queue(request).events_of(parsed)
+        return JSONResponse(job.as_json() | {
+            "attempts": [_json_row(a) for a in attempts], "events": [_json_row(e) for e in events]})
+
+    @app.post("/v1/jobs/{job_id}/replay")
+    async def replay_job(request: Request, job_id: str, budget: int = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
+        parsed = _parse_job_id(job_id)
+        if parsed is None:
+            return _error(400, f"{job_id!r} is not a job id (a UUID)")
+        if not 1 <= budget <= 100:
+            return _error(400, "budget must be between 1 and 100 attempts")
+        replayed = await queue(request).replay(parsed, budget)
+        if replayed is None:
+            job = await queue(request).get(parsed)
+            if job is None:
+                return _error(404, f"no job {parsed}")
+            return _error(409, f"job {parsed} is {job.status}; only DEAD jobs can be replayed")
+        return JSONResponse(replayed.as_json())
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> JSONResponse:
+        try:
+            await queue(request).database_now()
+        except Exception as error:  # any database failure means "not healthy"; say which
+            return _error(503, f"database unavailable: {type(error).__name__}")
+        return JSONResponse({"status": "ok", "mechanisms": mechanisms.describe()})
+
+    return app
+
+
+async def _store_after_ack(queue: Queue, submission: Submission, job_id: uuid.UUID, faults: FaultPlan) -> None:
+    try:
+        await faults.reach("after_ack_before_commit", job_id, "api")
+    except WorkerCrashed:
+        log.warning("simulated API crash after acknowledging job %s: the job is lost", job_id)
+        return
+    await queue.submit(submission, job_id)
+
+
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, uuid.UUID) else v.isoformat() if hasattr(v, "isoformat") else v)
+            for k, v in row.items()}

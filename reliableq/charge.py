@@ -1,0 +1,268 @@
+"""The charge service (the side effect a job performs) and the worker's client for it.
+
+The service is a separate HTTP app with its own database. `POST /v1/charges` creates one charge per
+idempotency key with INSERT ... ON CONFLICT (never select-then-insert): the same key and payload
+returns the original charge, a different payload conflicts (409). Requests without a key (stage
+`idempotency` off) always create a charge. Every request received is logged, so handler executions (H)
+can be counted. Latency, seeded failures and a capacity limit can be injected for experiments.
+
+The client classifies every outcome: ok, transient (never sent or refused for now), permanent (the
+business said no), ambiguous (sent, no answer: the charge may or may not exist; retry with the key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import uuid
+from collections import Counter
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from psycopg.rows import dict_row
+
+from reliableq import db, sql
+
+KEY_PREFIX = "reliableq:charge:"
+_Q = sql.queries("charge")
+
+
+def idempotency_key(job_id: uuid.UUID | str) -> str:
+    """The stable key of a job's charge: the same on every attempt and after a replay."""
+    return f"{KEY_PREFIX}{job_id}"
+
+
+@dataclass
+class ChargeFaults:
+    """Injected behaviour of the charge service. Rates are probabilities per request, drawn from a
+    generator seeded by (seed, job, how many requests that job made before), so a seeded run fails
+    the same requests whatever order they arrive in."""
+
+    latency_seconds: float = 0.0  # added to every request
+    transient_rate: float = 0.0  # 503 before doing anything
+    timeout_rate: float = 0.0  # hang before doing anything: the client times out
+    permanent_rate: float = 0.0  # 422 before doing anything
+    lost_response_rate: float = 0.0  # commit the charge, then hang: the client cannot know
+    hang_seconds: float = 30.0  # how long a hang lasts (longer than the client's timeout)
+    capacity: int | None = None  # requests beyond this many in flight are refused with 503
+    decline_over_cents: int = 1_000_000  # business rule: larger amounts are declined (422)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        rates = (self.transient_rate, self.timeout_rate, self.permanent_rate, self.lost_response_rate)
+        if any(r < 0 for r in rates) or sum(rates) > 1:
+            raise ValueError("failure rates must be non-negative and add up to at most 1")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError("capacity must be at least 1")
+
+    def draw(self, job_id: str, nth_request: int) -> str | None:
+        """The fault for the `nth_request` of `job_id`, or None."""
+        u = random.Random(f"{self.seed}:{job_id}:{nth_request}").random()
+        for fault, rate in (("transient", self.transient_rate), ("timeout", self.timeout_rate),
+                            ("permanent", self.permanent_rate), ("lost_response", self.lost_response_rate)):
+            if u < rate:
+                return fault
+            u -= rate
+        return None
+
+
+@dataclass
+class ChargeStats:
+    """What the service observed in memory (the durable record is the charge_requests table)."""
+
+    in_flight: int = 0
+    in_flight_peak: int = 0
+    requests_by_job: Counter = field(default_factory=Counter)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"in_flight": self.in_flight, "in_flight_peak": self.in_flight_peak,
+                "requests": sum(self.requests_by_job.values())}
+
+
+def _payload_sha256(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _parse_charge(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    job_id = uuid.UUID(str(body.get("job_id")))
+    amount = body.get("amount_cents")
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        raise ValueError("amount_cents must be a positive integer")
+    currency = body.get("currency")
+    if not isinstance(currency, str) or len(currency) != 3:
+        raise ValueError("currency must be a three-letter code")
+    return {"job_id": str(job_id), "amount_cents": amount, "currency": currency,
+            "description": body.get("description")}
+
+
+def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> FastAPI:
+    """The charge service as an ASGI app over its own database at `database_url`."""
+    state = {"faults": faults or ChargeFaults(), "stats": ChargeStats()}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await asyncio.to_thread(db.apply_schema, database_url, "charge")
+        pool = await db.open_pool_checked(database_url, max_size=20)
+        app.state.pool = pool
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(title="ReliableQ charge service", lifespan=lifespan)
+    app.state.charge = state
+
+    async def log_request(conn, charge: dict[str, Any] | None, key: str | None, outcome: str,
+                          status_code: int, charge_id: Any = None) -> None:
+        await conn.execute(_Q["charge_request_log"], {
+            "job_id": charge and charge["job_id"], "idempotency_key": key,
+            "outcome": outcome, "status_code": status_code, "charge_id": charge_id,
+        })
+
+    def answer(status_code: int, body: dict[str, Any]) -> JSONResponse:
+        return JSONResponse(body, status_code=status_code)
+
+    @app.post("/v1/charges")
+    async def create_charge(request: Request) -> JSONResponse:
+        stats: ChargeStats = state["stats"]
+        faults: ChargeFaults = state["faults"]
+        key = request.headers.get("Idempotency-Key")
+        try:
+            charge = _parse_charge(await request.json())
+        except (ValueError, TypeError) as error:
+            return answer(400, {"error": f"invalid charge request: {error}"})
+        stats.in_flight += 1
+        stats.in_flight_peak = max(stats.in_flight_peak, stats.in_flight)
+        try:
+            nth = stats.requests_by_job[charge["job_id"]]
+            stats.requests_by_job[charge["job_id"]] += 1
+            async with app.state.pool.connection() as conn:
+                if faults.capacity is not None and stats.in_flight > faults.capacity:
+                    await log_request(conn, charge, key, "overloaded", 503)
+                    return answer(503, {"error": "charge service over capacity, retry later"})
+                fault = faults.draw(charge["job_id"], nth)
+                if faults.latency_seconds:
+                    await asyncio.sleep(faults.latency_seconds)
+                if fault == "transient":
+                    await log_request(conn, charge, key, "injected_503", 503)
+                    return answer(503, {"error": "injected transient failure"})
+                if fault == "permanent":
+                    await log_request(conn, charge, key, "injected_422", 422)
+                    return answer(422, {"error": "injected permanent failure: card rejected"})
+                if fault == "timeout":
+                    await log_request(conn, charge, key, "injected_timeout", 504)
+                    await asyncio.sleep(faults.hang_seconds)
+                    return answer(504, {"error": "injected timeout"})
+                if charge["amount_cents"] > faults.decline_over_cents:
+                    await log_request(conn, charge, key, "declined", 422)
+                    return answer(422, {"error": f"declined: amount over {faults.decline_over_cents} cents"})
+                status_code, body = await _charge_once(conn, charge, key, log_request)
+            if fault == "lost_response":
+                # The charge is committed; the caller will never hear so (ambiguous outcome).
+                await asyncio.sleep(faults.hang_seconds)
+            return answer(status_code, body)
+        finally:
+            stats.in_flight -= 1
+
+    @app.get("/v1/stats")
+    async def charge_stats() -> dict[str, Any]:
+        return state["stats"].as_json() | {"faults": asdict(state["faults"])}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        async with app.state.pool.connection() as conn:
+            await conn.execute("SELECT 1")
+        return {"status": "ok"}
+
+    return app
+
+
+async def _charge_once(conn, charge: dict[str, Any], key: str | None, log_request) -> tuple[int, dict[str, Any]]:
+    """Create the charge for `key` once; a repeat returns the original or conflicts."""
+    sha = _payload_sha256(charge)
+    async with conn.transaction():
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(_Q["charge_insert_once"], {
+            "idempotency_key": key, "job_id": charge["job_id"], "amount_cents": charge["amount_cents"],
+            "currency": charge["currency"], "payload_sha256": sha,
+        })
+        created = await cur.fetchone()
+        if created:
+            await log_request(conn, charge, key, "created", 201, created["id"])
+            return 201, _charge_json(created, replayed=False)
+        # ON CONFLICT waited for any concurrent insert of this key to commit, so the row is visible.
+        await cur.execute(_Q["charge_get_by_key"], {"idempotency_key": key})
+        original = await cur.fetchone()
+        if original["payload_sha256"] != sha:
+            await log_request(conn, charge, key, "conflict", 409, original["id"])
+            return 409, {"error": "idempotency key reused with a different payload", "charge_id": str(original["id"])}
+        await log_request(conn, charge, key, "replayed", 200, original["id"])
+        return 200, _charge_json(original, replayed=True)
+
+
+def _charge_json(row: dict[str, Any], replayed: bool) -> dict[str, Any]:
+    return {"charge_id": str(row["id"]), "job_id": str(row["job_id"]), "amount_cents": row["amount_cents"],
+            "currency": row["currency"], "idempotency_key": row["idempotency_key"], "replayed": replayed}
+
+
+# -- the worker's side ----------------------------------------------------------------------
+
+TRANSIENT_STATUS = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class ChargeOutcome:
+    kind: str  # ok | transient | permanent | ambiguous
+    detail: str
+    status_code: int | None = None
+    charge_id: str | None = None
+
+
+def classify_status(status_code: int) -> str:
+    """ok for 2xx; transient for 408, 429 and 5xx (try again later); permanent for other 4xx."""
+    if 200 <= status_code < 300:
+        return "ok"
+    if status_code in TRANSIENT_STATUS or status_code >= 500:
+        return "transient"
+    return "permanent"
+
+
+class ChargeClient:
+    """Calls the charge service for a job, with its stable key when idempotency is on."""
+
+    def __init__(self, base_url: str, timeout_seconds: float, send_idempotency_key: bool = True,
+                 max_connections: int = 100) -> None:
+        self.send_idempotency_key = send_idempotency_key
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout_seconds,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def charge(self, job_id: uuid.UUID, payload: dict[str, Any]) -> ChargeOutcome:
+        headers = {"Idempotency-Key": idempotency_key(job_id)} if self.send_idempotency_key else {}
+        body = {"job_id": str(job_id), **payload}
+        try:
+            response = await self._http.post("/v1/charges", json=body, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
+            return ChargeOutcome("transient", f"charge service unreachable: {type(error).__name__}")
+        except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as error:
+            # The request went out; the charge may exist. Only a retry with the same key is safe.
+            return ChargeOutcome("ambiguous", f"no answer from the charge service: {type(error).__name__}")
+        kind = classify_status(response.status_code)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        detail = answer.get("error") or f"HTTP {response.status_code}"
+        return ChargeOutcome(kind, detail, response.status_code, answer.get("charge_id"))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

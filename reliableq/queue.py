@@ -1,0 +1,206 @@
+"""The queue repository: every read and write of the jobs tables, as the mechanisms dictate.
+
+Each method is one short transaction that commits before it returns, so no caller ever holds a
+database transaction across a network call. Ownership-sensitive updates (renew, succeed, retry, dead)
+report whether they won; with fencing on, a stale lease token makes them affect zero rows, and the
+loss is written on that attempt's row. Time comes from PostgreSQL; `now` parameters exist only so
+tests can move the database's clock. This module does not call the charge service or decide retries.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from reliableq import sql
+from reliableq.config import Mechanisms
+from reliableq.faults import FaultPlan
+from reliableq.payload import Submission
+
+STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "DEAD")
+MAX_ERROR_CHARS = 500
+_Q = sql.queries("queue")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: uuid.UUID
+    payload: dict[str, Any]
+    status: str
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    lease_token: uuid.UUID | None
+    lease_expires_at: datetime | None
+    worker_id: str | None
+    last_error: str | None
+    idempotency_key: str
+    created_at: datetime
+    updated_at: datetime
+    finalized_at: datetime | None
+    kind: str = "charge"
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+    def as_json(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (uuid.UUID, datetime)):
+        return str(value) if isinstance(value, uuid.UUID) else value.isoformat()
+    return value
+
+
+_SECRET_IN_URL = re.compile(r"(\w+://[^:/\s]*:)[^@\s]*@")
+_SECRET_ASSIGNMENT = re.compile(r"(?i)\b(password|passwd|token|secret|authorization)\s*[=:]\s*\S+")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def sanitize_error(message: str) -> str:
+    """An error as it may be stored and shown to operators: one line, bounded, no credentials."""
+    text = _SECRET_IN_URL.sub(r"\1***@", message)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}=***", text)
+    text = " ".join(_CONTROL.sub(" ", text).split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+class Queue:
+    """Jobs in PostgreSQL, read and written according to `mechanisms`."""
+
+    def __init__(self, pool: AsyncConnectionPool, mechanisms: Mechanisms = Mechanisms(),
+                 faults: FaultPlan | None = None) -> None:
+        self.pool = pool
+        self.mechanisms = mechanisms
+        self.faults = faults or FaultPlan()
+
+    async def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.cursor(row_factory=dict_row).execute(_Q[query], params)
+            return await cur.fetchall()
+
+    # -- submission -------------------------------------------------------------------------
+
+    async def submit(self, submission: Submission, job_id: uuid.UUID | None = None) -> Job:
+        """Insert and commit one job; when this returns, every other connection can see it."""
+        rows = await self._fetch("job_insert", {
+            "job_id": job_id or uuid.uuid4(),
+            "payload": Jsonb(submission.payload),
+            "max_attempts": submission.max_attempts,
+        })
+        return Job.from_row(rows[0])
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def claim(self, limit: int, worker_id: str, lease_seconds: float,
+                    now: datetime | None = None) -> list[Job]:
+        """Take up to `limit` due jobs for `worker_id` and commit before returning.
+
+        Due: PENDING with run_at <= now, or (with leases) RUNNING with an expired lease. With
+        skip_locked, one transaction locks the rows it takes and skips rows others hold. Without
+        it, a plain read is followed by a separate update: two claimers can take the same job."""
+        if limit <= 0:
+            return []
+        m = self.mechanisms
+        params = {
+            "now": now,
+            "limit": limit,
+            "reclaim_expired": m.leases,
+            "enforce_budget": m.dead,
+            "worker_id": worker_id,
+            # Without leases a claim never expires: RUNNING is just a flag.
+            "lease_seconds": lease_seconds if m.leases else None,
+        }
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            if m.dead and m.leases:
+                await cur.execute(_Q["job_dead_expired_exhausted"], params)
+            if m.skip_locked:
+                async with conn.transaction():
+                    await cur.execute(_Q["job_select_due_for_update_skip_locked"], params)
+                    ids = [row["id"] for row in await cur.fetchall()]
+                    if not ids:
+                        return []
+                    await cur.execute(_Q["job_mark_claimed"], {**params, "ids": ids})
+                    rows = await cur.fetchall()
+            else:
+                # Two statements, each committed on its own (the pool's connections autocommit).
+                await cur.execute(_Q["job_select_due"], params)
+                ids = [row["id"] for row in await cur.fetchall()]
+                if not ids:
+                    return []
+                await self.faults.reach("before_claim_update", ids, worker_id)
+                await cur.execute(_Q["job_mark_claimed"], {**params, "ids": ids})
+                rows = await cur.fetchall()
+        return [Job.from_row(row) for row in rows]
+
+    # -- ownership-sensitive updates, fenced by the lease token ------------------------------
+
+    async def _fenced(self, query: str, job: Job, finalize: bool = True, **params: Any) -> bool:
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                cur = await conn.execute(_Q[query], {
+                    "job_id": job.id, "lease_token": job.lease_token,
+                    "fenced": self.mechanisms.fencing, **params,
+                })
+                won = (await cur.fetchone())[0]
+                if finalize:
+                    # A crash here leaves the update uncommitted: rolled back, as if never sent.
+                    await self.faults.reach("during_finalize", job, job.worker_id or "")
+        return bool(won)
+
+    async def renew(self, job: Job, lease_seconds: float) -> bool:
+        """Extend the lease from PostgreSQL's now(); False: someone else owns the job now."""
+        return await self._fenced("job_renew_lease", job, finalize=False, lease_seconds=lease_seconds)
+
+    async def succeed(self, job: Job) -> bool:
+        return await self._fenced("job_succeed", job)
+
+    async def retry(self, job: Job, delay_seconds: float, error: str) -> bool:
+        """Back to PENDING, due `delay_seconds` after PostgreSQL's now()."""
+        return await self._fenced("job_retry", job, delay_seconds=delay_seconds, error=sanitize_error(error))
+
+    async def dead(self, job: Job, error: str) -> bool:
+        return await self._fenced("job_dead", job, error=sanitize_error(error))
+
+    # -- operators --------------------------------------------------------------------------
+
+    async def replay(self, job_id: uuid.UUID, budget: int) -> Job | None:
+        """DEAD -> PENDING with the same id and idempotency key and `budget` more attempts.
+        None when the job is not DEAD (or does not exist)."""
+        if budget < 1:
+            raise ValueError("a replay needs a budget of at least one attempt")
+        rows = await self._fetch("job_replay", {"job_id": job_id, "budget": budget})
+        return Job.from_row(rows[0]) if rows else None
+
+    async def get(self, job_id: uuid.UUID) -> Job | None:
+        rows = await self._fetch("job_get", {"job_id": job_id})
+        return Job.from_row(rows[0]) if rows else None
+
+    async def attempts_of(self, job_id: uuid.UUID) -> list[dict[str, Any]]:
+        return await self._fetch("job_attempts_of", {"job_id": job_id})
+
+    async def events_of(self, job_id: uuid.UUID) -> list[dict[str, Any]]:
+        return await self._fetch("job_events_of", {"job_id": job_id})
+
+    async def list(self, status: str | None = None, limit: int = 100) -> list[Job]:
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+        rows = await self._fetch("job_list", {"status": status, "limit": limit})
+        return [Job.from_row(row) for row in rows]
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self._fetch("job_count_by_status", {})
+        return {status: 0 for status in STATUSES} | {row["status"]: row["jobs"] for row in rows}
+
+    async def database_now(self) -> datetime:
+        return (await self._fetch("database_now", {}))[0]["now"]

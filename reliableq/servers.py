@@ -1,0 +1,54 @@
+"""Runs an ASGI app (the API or the charge service) with uvicorn on loopback, in a background thread.
+
+Used where one process hosts a whole experiment (tests, stages, the demo): the traffic is still real
+HTTP over a real socket. Separate processes are started by the CLI instead. Binds 127.0.0.1 unless
+told otherwise; port 0 picks a free port, read back once the socket is bound.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+STARTUP_TIMEOUT_SECONDS = 30.0
+
+
+class LoopbackServer:
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        host, port = self._socket.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
+                                        name=f"uvicorn {self.url}", daemon=True)
+
+    def start(self) -> str:
+        """Start serving and return the base URL once the app has finished starting up."""
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"server at {self.url} failed to start (see the log above)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server at {self.url} did not start within {STARTUP_TIMEOUT_SECONDS}s")
+            time.sleep(0.01)  # polling a flag another thread sets; there is no event to wait on
+        return self.url
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self._socket.close()
+
+    def __enter__(self) -> LoopbackServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,31 @@
+-- Named queries of the charge service (sql/charge_schema.sql), loaded by reliableq/sql.py.
+
+-- name: charge_insert_once
+-- Create the charge unless its key exists; concurrent requests with one key create one row.
+INSERT INTO charges (idempotency_key, job_id, amount_cents, currency, payload_sha256)
+VALUES (%(idempotency_key)s, %(job_id)s, %(amount_cents)s, %(currency)s, %(payload_sha256)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: charge_get_by_key
+-- The charge an idempotency key already created.
+SELECT * FROM charges WHERE idempotency_key = %(idempotency_key)s;
+
+-- name: charge_request_log
+-- Record one received request and what the service answered.
+INSERT INTO charge_requests (job_id, idempotency_key, outcome, status_code, charge_id)
+VALUES (%(job_id)s, %(idempotency_key)s, %(outcome)s, %(status_code)s, %(charge_id)s);
+
+-- name: charge_counts_by_job
+-- Per job: requests received (H) and charges committed (C).
+SELECT job_id,
+       count(*) AS requests,
+       (SELECT count(*) FROM charges c WHERE c.job_id = r.job_id) AS charges
+FROM charge_requests r
+WHERE job_id IS NOT NULL
+GROUP BY job_id;
+
+-- name: charge_keys_with_duplicates
+-- Idempotency keys holding more than one charge (must be empty: the UNIQUE constraint forbids it).
+SELECT idempotency_key, count(*) AS charges FROM charges
+WHERE idempotency_key IS NOT NULL GROUP BY idempotency_key HAVING count(*) > 1;

@@ -1,0 +1,199 @@
+-- Named queries over the queue's tables (sql/queue_schema.sql), loaded by reliableq/sql.py.
+-- Conventions: `%(now)s` is NULL in production and PostgreSQL's now() is used; tests may pass an
+-- explicit time through the same query. `%(fenced)s` is the fencing switch: when true, an update
+-- that changes ownership-sensitive state only applies for the current lease token.
+
+-- name: job_insert
+-- Store one submitted job and its `submitted` event; returns the job.
+WITH inserted AS (
+    INSERT INTO jobs (id, payload, max_attempts)
+    VALUES (%(job_id)s, %(payload)s, %(max_attempts)s)
+    RETURNING *
+), event AS (
+    INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
+)
+SELECT * FROM inserted;
+
+-- name: job_select_due_for_update_skip_locked
+-- Due jobs, locked for this transaction; jobs other claimers hold are skipped, not waited for.
+SELECT id FROM jobs
+WHERE (status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now()))
+   OR (%(reclaim_expired)s AND status = 'RUNNING'
+       AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+       AND (NOT %(enforce_budget)s OR attempts < max_attempts))
+ORDER BY run_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_select_due
+-- Due jobs, read without a lock (stage `skip-locked` off): two claimers can read the same rows.
+SELECT id FROM jobs
+WHERE (status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now()))
+   OR (%(reclaim_expired)s AND status = 'RUNNING'
+       AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+       AND (NOT %(enforce_budget)s OR attempts < max_attempts))
+ORDER BY run_at, id
+LIMIT %(limit)s;
+
+-- name: job_mark_claimed
+-- Take the given jobs: RUNNING, one more attempt, a fresh lease token and an expiry from
+-- PostgreSQL's clock (NULL without leases); closes the expired attempt and opens a new one.
+WITH previous AS (
+    SELECT id, lease_token FROM jobs WHERE id = ANY(%(ids)s::uuid[]) AND status = 'RUNNING'
+), expired AS (
+    UPDATE job_attempts AS a
+    SET outcome = 'expired', finished_at = coalesce(%(now)s::timestamptz, now())
+    FROM previous
+    WHERE a.lease_token = previous.lease_token AND a.outcome IS NULL
+), claimed AS (
+    UPDATE jobs
+    SET status = 'RUNNING',
+        attempts = attempts + 1,
+        lease_token = gen_random_uuid(),
+        lease_expires_at = coalesce(%(now)s::timestamptz, now())
+                           + make_interval(secs => %(lease_seconds)s::float8),
+        worker_id = %(worker_id)s,
+        updated_at = coalesce(%(now)s::timestamptz, now())
+    WHERE id = ANY(%(ids)s::uuid[])
+    RETURNING *
+), opened AS (
+    INSERT INTO job_attempts (job_id, attempt, worker_id, lease_token, claimed_at, lease_expires_at)
+    SELECT id, attempts, worker_id, lease_token, updated_at, lease_expires_at FROM claimed
+)
+SELECT * FROM claimed ORDER BY run_at, id;
+
+-- name: job_dead_expired_exhausted
+-- Jobs whose lease ran out on their final attempt become DEAD instead of being claimed again.
+WITH exhausted AS (
+    UPDATE jobs
+    SET status = 'DEAD', finalized_at = coalesce(%(now)s::timestamptz, now()),
+        updated_at = coalesce(%(now)s::timestamptz, now()),
+        last_error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
+    WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = 'RUNNING' AND attempts >= max_attempts
+          AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, lease_token
+)
+UPDATE job_attempts AS a
+SET outcome = 'expired', finished_at = coalesce(%(now)s::timestamptz, now())
+FROM exhausted
+WHERE a.lease_token = exhausted.lease_token AND a.outcome IS NULL;
+
+-- name: job_renew_lease
+-- Push the lease expiry forward from PostgreSQL's clock; returns whether this owner still holds it.
+WITH renewed AS (
+    UPDATE jobs
+    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8), updated_at = now()
+    WHERE id = %(job_id)s
+      AND (NOT %(fenced)s OR (status = 'RUNNING' AND lease_token = %(lease_token)s))
+    RETURNING lease_expires_at
+), recorded AS (
+    UPDATE job_attempts
+    SET lease_expires_at = coalesce((SELECT lease_expires_at FROM renewed), lease_expires_at),
+        outcome = CASE WHEN EXISTS (SELECT 1 FROM renewed) THEN outcome
+                       ELSE coalesce(outcome, 'lost_renew') END
+    WHERE lease_token = %(lease_token)s
+)
+SELECT EXISTS (SELECT 1 FROM renewed) AS won;
+
+-- name: job_succeed
+-- Finalize as SUCCEEDED; the attempt records `succeeded`, or `lost_succeed` when fenced out.
+WITH finalized AS (
+    UPDATE jobs
+    SET status = 'SUCCEEDED', finalized_at = now(), updated_at = now(), lease_expires_at = NULL,
+        last_error = NULL
+    WHERE id = %(job_id)s
+      AND (NOT %(fenced)s OR (status = 'RUNNING' AND lease_token = %(lease_token)s))
+    RETURNING id
+), recorded AS (
+    UPDATE job_attempts
+    SET finished_at = clock_timestamp(),
+        outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'succeeded' ELSE 'lost_succeed' END
+    WHERE lease_token = %(lease_token)s
+)
+SELECT EXISTS (SELECT 1 FROM finalized) AS won;
+
+-- name: job_retry
+-- Back to PENDING, due `delay_seconds` after PostgreSQL's now(); fenced like every finalize.
+WITH finalized AS (
+    UPDATE jobs
+    SET status = 'PENDING', run_at = now() + make_interval(secs => %(delay_seconds)s::float8),
+        updated_at = now(), lease_expires_at = NULL, last_error = %(error)s
+    WHERE id = %(job_id)s
+      AND (NOT %(fenced)s OR (status = 'RUNNING' AND lease_token = %(lease_token)s))
+    RETURNING id
+), recorded AS (
+    UPDATE job_attempts
+    SET finished_at = clock_timestamp(), error = %(error)s,
+        outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'retried' ELSE 'lost_retry' END
+    WHERE lease_token = %(lease_token)s
+)
+SELECT EXISTS (SELECT 1 FROM finalized) AS won;
+
+-- name: job_dead
+-- Finalize as DEAD with a sanitised error, for an operator to inspect and replay.
+WITH finalized AS (
+    UPDATE jobs
+    SET status = 'DEAD', finalized_at = now(), updated_at = now(), lease_expires_at = NULL,
+        last_error = %(error)s
+    WHERE id = %(job_id)s
+      AND (NOT %(fenced)s OR (status = 'RUNNING' AND lease_token = %(lease_token)s))
+    RETURNING id
+), recorded AS (
+    UPDATE job_attempts
+    SET finished_at = clock_timestamp(), error = %(error)s,
+        outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'dead' ELSE 'lost_dead' END
+    WHERE lease_token = %(lease_token)s
+)
+SELECT EXISTS (SELECT 1 FROM finalized) AS won;
+
+-- name: job_replay
+-- DEAD -> PENDING, same id and idempotency key, a fresh budget of attempts; recorded as an event.
+WITH replayed AS (
+    UPDATE jobs
+    SET status = 'PENDING', run_at = now(), updated_at = now(), finalized_at = NULL,
+        max_attempts = attempts + %(budget)s, last_error = NULL
+    WHERE id = %(job_id)s AND status = 'DEAD'
+    RETURNING *
+), event AS (
+    INSERT INTO job_events (job_id, event, detail)
+    SELECT id, 'replayed', (SELECT last_error FROM jobs WHERE id = %(job_id)s) FROM replayed
+)
+SELECT * FROM replayed;
+
+-- name: job_get
+-- One job by id.
+SELECT * FROM jobs WHERE id = %(job_id)s;
+
+-- name: job_attempts_of
+-- The claims of one job, oldest first.
+SELECT attempt, worker_id, lease_token, claimed_at, lease_expires_at, finished_at, outcome, error
+FROM job_attempts WHERE job_id = %(job_id)s ORDER BY attempt, id;
+
+-- name: job_events_of
+-- The submission and replays of one job, oldest first.
+SELECT at, event, detail FROM job_events WHERE job_id = %(job_id)s ORDER BY at, id;
+
+-- name: job_list
+-- Jobs, newest first, optionally of one status.
+SELECT * FROM jobs
+WHERE %(status)s::text IS NULL OR status = %(status)s::text
+ORDER BY created_at DESC, id
+LIMIT %(limit)s;
+
+-- name: job_count_by_status
+-- How many jobs are in each status.
+SELECT status, count(*) AS jobs FROM jobs GROUP BY status ORDER BY status;
+
+-- name: database_now
+-- PostgreSQL's clock, the only clock eligibility and leases are measured by.
+SELECT now() AS now;
+
+-- name: job_ledger
+-- Per job: status, attempts (A) and successful finalizations (F), for the lab's counts.
+SELECT j.id AS job_id, j.status, j.attempts, j.max_attempts,
+       (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = 'succeeded') AS finalizations
+FROM jobs j ORDER BY j.created_at, j.id;
