@@ -1,0 +1,75 @@
+"""Shared fixtures: a real PostgreSQL (embedded unless DATABASE_URL is set), one fresh pair of
+databases per test cloned from migrated templates, and async tests run on asyncio via anyio."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import uuid
+
+import pytest
+
+from reliableq import db
+from reliableq.config import Mechanisms
+from reliableq.payload import Submission
+from reliableq.queue import Queue
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if inspect.iscoroutinefunction(getattr(item, "function", None)):
+            item.add_marker(pytest.mark.anyio)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def templates():
+    """Migrated template databases, built once per test session."""
+    admin_url = db.server_url()
+    name = f"rq_template_{os.getpid()}"
+    names = (name, name + db.CHARGE_SUFFIX)
+    try:
+        for n, schema in zip(names, ("queue", "charge"), strict=True):
+            db.apply_schema(db.create_database(admin_url, n), schema)
+        yield db.Databases(queue_url=db.with_database(admin_url, names[0]),
+                           charge_url=db.with_database(admin_url, names[1]))
+    finally:
+        for n in names:
+            db.drop_database(admin_url, n)
+
+
+@pytest.fixture
+def databases(templates):
+    """A fresh queue database and charge database for one test, dropped afterwards."""
+    with db.scratch_databases("rq_test", templates=templates) as fresh:
+        yield fresh
+
+
+@pytest.fixture
+async def pool(databases):
+    pool = await db.open_pool_checked(databases.queue_url, max_size=10)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def make_queue(pool):
+    """A Queue over the test's database with the given mechanisms (all on by default)."""
+    def make(mechanisms: Mechanisms = Mechanisms(), faults=None) -> Queue:
+        return Queue(pool, mechanisms, faults)
+    return make
+
+
+@pytest.fixture
+def submission():
+    def make(amount_cents: int = 1250, max_attempts: int = 5) -> Submission:
+        return Submission(payload={"amount_cents": amount_cents, "currency": "USD"}, max_attempts=max_attempts)
+    return make
+
+
+def worker_name() -> str:
+    return f"test-worker-{uuid.uuid4().hex[:6]}"

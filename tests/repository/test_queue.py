@@ -1,0 +1,197 @@
+"""The queue repository against real PostgreSQL: claims, leases, fencing, retries, DEAD, replay."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+
+from reliableq.config import Mechanisms
+from reliableq.faults import FaultPlan
+from tests.conftest import worker_name
+
+LEASE = 30.0
+
+
+async def test_submit_is_visible_from_another_connection(make_queue, submission, databases):
+    """A submitted job is committed when submit returns."""
+    job = await make_queue().submit(submission())
+    with psycopg.connect(databases.queue_url) as other:
+        row = other.execute("SELECT status, idempotency_key FROM jobs WHERE id = %s", [job.id]).fetchone()
+    assert row == ("PENDING", f"reliableq:charge:{job.id}")
+
+
+async def test_concurrent_claimers_never_double_claim(make_queue, submission):
+    """Eight claimers racing over 40 jobs with SKIP LOCKED: every job is taken exactly once."""
+    queue = make_queue()
+    for _ in range(40):
+        await queue.submit(submission())
+    batches = await asyncio.gather(*(queue.claim(7, worker_name(), LEASE) for _ in range(8)))
+    claimed = [job.id for batch in batches for job in batch]
+    assert len(claimed) == 40
+    assert len(set(claimed)) == 40
+    assert all(job.attempts == 1 for batch in batches for job in batch)
+
+
+async def test_without_skip_locked_two_claimers_take_the_same_job(make_queue, submission):
+    """Plain read, then update: both claimers read the job before either updates it."""
+    both_read = asyncio.Event()
+    arrivals = 0
+    faults = FaultPlan()
+    faults.arm_pause("before_claim_update", until=both_read, times=2)
+    queue = make_queue(Mechanisms().without("skip_locked"), faults)
+    job = await queue.submit(submission())
+
+    async def claim():
+        nonlocal arrivals
+        task = asyncio.create_task(queue.claim(1, worker_name(), LEASE))
+        while len(faults.triggered) <= arrivals:
+            await asyncio.sleep(0.005)
+        arrivals += 1
+        if arrivals == 2:
+            both_read.set()
+        return await task
+
+    first, second = await asyncio.gather(claim(), claim())
+    assert [j.id for j in first] == [job.id] and [j.id for j in second] == [job.id]
+    stored = await queue.get(job.id)
+    assert stored.attempts == 2  # two owners, two attempts, one job
+    assert len(await queue.attempts_of(job.id)) == 2
+
+
+async def test_skip_locked_claimer_is_not_blocked_by_a_held_row(make_queue, submission, databases):
+    """A row locked by another transaction is skipped, not waited for."""
+    queue = make_queue()
+    held = await queue.submit(submission())
+    free = await queue.submit(submission())
+    with psycopg.connect(databases.queue_url) as other:
+        other.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", [held.id])
+        claimed = await asyncio.wait_for(queue.claim(10, worker_name(), LEASE), timeout=5)
+    assert [job.id for job in claimed] == [free.id]
+
+
+async def test_expired_lease_is_reclaimed_with_a_new_token(make_queue, submission):
+    """A lost worker's job is due again once its lease expires by the database's clock."""
+    queue = make_queue()
+    await queue.submit(submission())
+    (first,) = await queue.claim(1, "lost-worker", lease_seconds=5)
+    now = await queue.database_now()
+    assert await queue.claim(1, "rescuer", LEASE, now=now + timedelta(seconds=4)) == []
+    (second,) = await queue.claim(1, "rescuer", LEASE, now=now + timedelta(seconds=6))
+    assert second.id == first.id and second.attempts == 2
+    assert second.lease_token != first.lease_token and second.worker_id == "rescuer"
+    outcomes = [a["outcome"] for a in await queue.attempts_of(first.id)]
+    assert outcomes == ["expired", None]
+
+
+async def test_without_leases_a_claimed_job_is_stranded(make_queue, submission):
+    """No expiry: a crashed worker's RUNNING job is never due again, however late it gets."""
+    queue = make_queue(Mechanisms().without("leases"))
+    await queue.submit(submission())
+    (job,) = await queue.claim(1, "crashed-worker", LEASE)
+    assert job.lease_expires_at is None
+    far_future = await queue.database_now() + timedelta(days=365)
+    assert await queue.claim(1, "rescuer", LEASE, now=far_future) == []
+
+
+async def _stale_and_current(queue, submission):
+    await queue.submit(submission())
+    (stale,) = await queue.claim(1, "paused-worker", lease_seconds=1)
+    later = await queue.database_now() + timedelta(seconds=2)
+    (current,) = await queue.claim(1, "rescuer", LEASE, now=later)
+    return stale, current
+
+
+async def test_stale_token_renew_succeed_retry_dead_affect_zero_rows(make_queue, submission):
+    """With fencing, every ownership-sensitive update by a stale owner loses and changes nothing."""
+    queue = make_queue()
+    stale, current = await _stale_and_current(queue, submission)
+    before = await queue.get(current.id)
+    assert await queue.renew(stale, LEASE) is False
+    assert await queue.succeed(stale) is False
+    assert await queue.retry(stale, 0, "stale retry") is False
+    assert await queue.dead(stale, "stale dead") is False
+    after = await queue.get(current.id)
+    assert after == before
+    stale_attempt = (await queue.attempts_of(current.id))[0]
+    assert stale_attempt["outcome"] == "lost_dead"  # the last refused finalize, on record
+    assert await queue.succeed(current) is True
+
+
+async def test_without_fencing_a_stale_owner_overwrites(make_queue, submission):
+    """Without fencing, the stale owner's retry wins and sends the current owner's job back."""
+    queue = make_queue(Mechanisms().without("fencing"))
+    stale, current = await _stale_and_current(queue, submission)
+    assert await queue.retry(stale, 0, "stale retry") is True
+    assert (await queue.get(current.id)).status == "PENDING"
+    assert await queue.succeed(current) is True
+    assert await queue.succeed(stale) is True  # finalized twice: F = 2
+    finalized = [a for a in await queue.attempts_of(current.id) if a["outcome"] == "succeeded"]
+    assert len(finalized) == 2
+
+
+async def test_retry_eligibility_uses_database_time(make_queue, submission):
+    """A retried job is due `delay` after PostgreSQL's now(), whatever the caller's clock says."""
+    queue = make_queue()
+    await queue.submit(submission())
+    (job,) = await queue.claim(1, worker_name(), LEASE)
+    assert await queue.retry(job, delay_seconds=60, error="transient: 503") is True
+    stored = await queue.get(job.id)
+    db_now = await queue.database_now()
+    assert timedelta(seconds=59) < stored.run_at - db_now <= timedelta(seconds=60)
+    assert await queue.claim(1, worker_name(), LEASE) == []
+    assert await queue.claim(1, worker_name(), LEASE, now=db_now + timedelta(seconds=59)) == []
+    (again,) = await queue.claim(1, worker_name(), LEASE, now=db_now + timedelta(seconds=61))
+    assert again.attempts == 2
+
+
+async def test_lease_expiring_on_the_final_attempt_makes_the_job_dead(make_queue, submission):
+    """Budget: a job whose last allowed attempt was lost becomes DEAD instead of running again."""
+    queue = make_queue()
+    await queue.submit(submission(max_attempts=1))
+    (job,) = await queue.claim(1, "lost-worker", lease_seconds=1)
+    later = await queue.database_now() + timedelta(seconds=2)
+    assert await queue.claim(1, "rescuer", LEASE, now=later) == []
+    stored = await queue.get(job.id)
+    assert stored.status == "DEAD" and stored.attempts == 1
+    assert "attempt 1 of 1" in stored.last_error
+
+
+async def test_without_dead_an_exhausted_job_is_claimed_again(make_queue, submission):
+    """With the dead mechanism off, budgets are not enforced: the job runs again and again."""
+    queue = make_queue(Mechanisms().without("dead"))
+    await queue.submit(submission(max_attempts=1))
+    await queue.claim(1, "lost-worker", lease_seconds=1)
+    later = await queue.database_now() + timedelta(seconds=2)
+    (again,) = await queue.claim(1, "rescuer", LEASE, now=later)
+    assert again.attempts == 2 > again.max_attempts
+
+
+async def test_replay_keeps_id_and_key_and_grants_a_fresh_budget(make_queue, submission):
+    """DEAD -> PENDING with the same id and idempotency key, recorded in the job's history."""
+    queue = make_queue()
+    await queue.submit(submission(max_attempts=1))
+    (job,) = await queue.claim(1, worker_name(), LEASE)
+    assert await queue.dead(job, "permanent failure: card rejected") is True
+    assert await queue.replay(job.id, budget=3) is not None
+    replayed = await queue.get(job.id)
+    assert (replayed.id, replayed.idempotency_key) == (job.id, job.idempotency_key)
+    assert replayed.status == "PENDING" and replayed.max_attempts == 4
+    events = await queue.events_of(job.id)
+    assert [e["event"] for e in events] == ["submitted", "replayed"]
+    assert events[1]["detail"] == "permanent failure: card rejected"
+    (again,) = await queue.claim(1, worker_name(), LEASE)
+    assert again.attempts == 2
+    assert await queue.replay(job.id, budget=3) is None  # not DEAD any more
+
+
+async def test_dead_error_is_sanitised(make_queue, submission):
+    """Errors stored on DEAD jobs carry no credentials or control characters and are bounded."""
+    queue = make_queue()
+    await queue.submit(submission())
+    (job,) = await queue.claim(1, worker_name(), LEASE)
+    raw = "boom\nat postgresql://app:hunter2@db/x password=hunter2 " + "x" * 2000
+    await queue.dead(job, raw)
+    stored = (await queue.get(job.id)).last_error
+    assert "hunter2" not in stored and "\n" not in stored and len(stored) <= 500
