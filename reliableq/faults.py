@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 # Worker points, in the order a job passes them, and the API's point between 202 and commit.
@@ -37,6 +38,15 @@ class WorkerCrashed(BaseException):
 JobFilter = Callable[[Any], bool]
 
 
+@dataclass(frozen=True)
+class Triggered:
+    at: datetime  # wall clock, comparable with PostgreSQL's clock_timestamp() on the same machine
+    point: str
+    action: str  # crash | kill | pause | resume
+    job_id: Any
+    worker_id: str
+
+
 @dataclass
 class _Armed:
     action: str  # "crash" | "kill" | "pause"
@@ -51,8 +61,7 @@ class FaultPlan:
     """Armed faults by point. One plan may be shared by several in-process workers."""
 
     armed: dict[str, list[_Armed]] = field(default_factory=dict)
-    # Every triggered fault, in order: (point, action, job id, worker id). Read by timelines.
-    triggered: list[tuple[str, str, Any, str]] = field(default_factory=list)
+    triggered: list[Triggered] = field(default_factory=list)  # in order; read by timelines
 
     def arm_crash(self, point: str, *, times: int = 1, job_filter: JobFilter | None = None,
                   real_kill: bool = False) -> None:
@@ -87,7 +96,7 @@ class FaultPlan:
         if armed is None:
             return
         job_id = getattr(job, "id", job)
-        self.triggered.append((point, armed.action, job_id, worker_id))
+        self.triggered.append(Triggered(datetime.now(UTC), point, armed.action, job_id, worker_id))
         if armed.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if armed.action == "crash":
@@ -96,4 +105,5 @@ class FaultPlan:
             await armed.resume.wait()
         else:
             await asyncio.sleep(armed.pause_seconds)
+        self.triggered.append(Triggered(datetime.now(UTC), point, "resume", job_id, worker_id))
 

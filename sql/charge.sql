@@ -29,3 +29,7 @@ GROUP BY job_id;
 -- Idempotency keys holding more than one charge (must be empty: the UNIQUE constraint forbids it).
 SELECT idempotency_key, count(*) AS charges FROM charges
 WHERE idempotency_key IS NOT NULL GROUP BY idempotency_key HAVING count(*) > 1;
+
+-- name: charge_requests_all
+-- Every request the service received, for timelines.
+SELECT job_id, received_at, idempotency_key, outcome, status_code FROM charge_requests ORDER BY received_at, id;

@@ -197,3 +197,8 @@ SELECT now() AS now;
 SELECT j.id AS job_id, j.status, j.attempts, j.max_attempts,
        (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = 'succeeded') AS finalizations
 FROM jobs j ORDER BY j.created_at, j.id;
+
+-- name: job_attempts_all
+-- Every claim of every job, for timelines: who held it, from when, until when, and how it ended.
+SELECT job_id, attempt, worker_id, claimed_at, lease_expires_at, finished_at, outcome, error
+FROM job_attempts ORDER BY claimed_at, id;

@@ -1,0 +1,63 @@
+"""An experiment's history as one list of events, for tables and charts.
+
+Merged from what PostgreSQL recorded (claims, lease expiries, finalizes won and lost, charge requests)
+and from the fault plan (crashes, pauses), all on the machine's wall clock and given as seconds since
+the experiment began. It reports; it does not judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg.rows import dict_row
+
+from reliableq import sql
+from reliableq.db import Databases
+from reliableq.faults import FaultPlan
+
+
+@dataclass(frozen=True)
+class Event:
+    seconds: float  # since the experiment began
+    job_id: str
+    worker: str  # worker id, "charge-service" or "api"
+    attempt: int | None
+    kind: str  # claim | lease_expired | finalize_won | finalize_lost | charge | crash | pause | resume
+    detail: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+async def _rows(url: str, database: str, query: str) -> list[dict]:
+    async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
+        return await (await conn.execute(sql.queries(database)[query])).fetchall()
+
+
+async def collect(databases: Databases, started: datetime, fault_plans: list[FaultPlan] = ()) -> list[Event]:
+    """Every event of the experiment that began at `started`, in time order."""
+    def since(at: datetime) -> float:
+        return round((at - started).total_seconds(), 4)
+
+    events: list[Event] = []
+    for a in await _rows(databases.queue_url, "queue", "job_attempts_all"):
+        job, worker, attempt = str(a["job_id"]), a["worker_id"], a["attempt"]
+        events.append(Event(since(a["claimed_at"]), job, worker, attempt, "claim", f"attempt {attempt}"))
+        outcome = a["outcome"] or ""
+        if outcome == "expired" and a["lease_expires_at"]:
+            events.append(Event(since(a["lease_expires_at"]), job, worker, attempt, "lease_expired", "lease expired"))
+        elif outcome.startswith("lost_"):
+            events.append(Event(since(a["finished_at"]), job, worker, attempt, "finalize_lost",
+                                f"{outcome.removeprefix('lost_')} refused: stale lease token"))
+        elif outcome and a["finished_at"]:
+            events.append(Event(since(a["finished_at"]), job, worker, attempt, "finalize_won", outcome))
+    for r in await _rows(databases.charge_url, "charge", "charge_requests_all"):
+        events.append(Event(since(r["received_at"]), str(r["job_id"]), "charge-service", None, "charge",
+                            f"{r['outcome']} ({r['status_code']})"))
+    for plan in fault_plans:
+        for t in plan.triggered:
+            events.append(Event(since(t.at), str(t.job_id), t.worker_id, None,
+                                "crash" if t.action in ("crash", "kill") else t.action, t.point))
+    return sorted(events, key=lambda e: (e.seconds, e.kind))
