@@ -1,0 +1,259 @@
+"""The lab's shared vocabulary: what a stage's scenario takes, what it returns, and how it is run.
+
+A stage (`stages/sNN_*.py`) declares one mechanism and the failure it stops; its scenario composes
+the harness, the fault plan and the queue through `experiment` and returns a `ScenarioResult`: A/H/C/F
+per job as PostgreSQL recorded them, the timeline, and the stage's own measurements. This module judges
+only against the full system's honest guarantee (`ScenarioResult.violations`); it stages no failure
+itself and holds no queue logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from reliableq import timeline
+from reliableq.charge import ChargeFaults
+from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
+from reliableq.faults import CRASH_POINTS, FaultPlan
+from reliableq.harness import LocalSystem, fast_settings, local_system
+from reliableq.ledger import JobCounts
+from reliableq.payload import Submission
+from reliableq.worker import Worker
+
+FINAL_STATUSES = frozenset({"SUCCEEDED", "DEAD"})
+LOST = "LOST"  # the status shown for an acknowledged job the database never stored
+_JOB_NAMESPACE = uuid.UUID("5b0c6a52-53f4-4e0b-9a4b-6f1d1f6c2a10")
+
+
+@dataclass(frozen=True)
+class ScenarioParams:
+    """The knobs every stage's scenario takes. A stage ignores the ones its story does not use."""
+
+    seed: int = 0  # seeds job ids, the charge service's failure draws and the backoff jitter
+    jobs: int = 4  # how many jobs the scenario submits
+    lease_seconds: float = 1.0  # lease length in seconds; short, so expiry is seen within a run
+    crash_point: str | None = None  # a faults.CRASH_POINTS name (stages leases, idempotency); None: the stage's own
+    failure_rate: float = 1.0  # probability a charge request fails while the stage's fault is on (backoff, dead)
+    concurrency: int = 2  # worker permits: jobs in flight at once (only bites with the semaphore on)
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ValueError("jobs must be at least 1")
+        if self.lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        if self.crash_point is not None and self.crash_point not in CRASH_POINTS:
+            raise ValueError(f"unknown crash point {self.crash_point!r}; expected one of {', '.join(CRASH_POINTS)}")
+        if not 0.0 <= self.failure_rate <= 1.0:
+            raise ValueError("failure_rate must be between 0 and 1")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+
+
+@dataclass
+class ScenarioResult:
+    """What one scenario run recorded. Jobs are in submission order and labelled job-1, job-2, ..."""
+
+    stage: str
+    mechanism: str | None  # None for the naive stage
+    mechanism_on: bool
+    mechanisms: Mechanisms
+    params: ScenarioParams
+    jobs: list[JobCounts]
+    events: list[timeline.Event]
+    measurements: dict[str, Any] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, str]:
+        """Job id -> job-N; labels rather than ids so seeded runs compare equal."""
+        return {str(c.job_id): f"job-{i}" for i, c in enumerate(self.jobs, start=1)}
+
+    def rows(self) -> list[dict[str, Any]]:
+        labels = self.labels()
+        return [{"job": labels[str(c.job_id)], "status": c.status, "A": c.attempts, "H": c.handler_runs,
+                 "C": c.charges, "F": c.finalizations} for c in self.jobs]
+
+    def event_rows(self) -> list[dict[str, Any]]:
+        labels = self.labels()
+
+        def label(job: str) -> str:
+            # A claimer's pause names every job it read, as one string of ids.
+            return labels.get(job) or ", ".join(v for k, v in labels.items() if k in job) or job
+        return [e.as_dict() | {"job": label(e.job_id)} for e in self.events]
+
+    def violations(self) -> list[str]:
+        """Where the full system's guarantee broke: every acknowledged job is stored and finishes,
+        with at most one charge and at most one finalization (exactly one of each if SUCCEEDED)."""
+        found = []
+        for row in self.rows():
+            job, status, charges, finals = row["job"], row["status"], row["C"], row["F"]
+            if status == LOST:
+                found.append(f"{job} was acknowledged but never stored")
+            elif status not in FINAL_STATUSES:
+                found.append(f"{job} was left {status}")
+            if charges > 1:
+                found.append(f"{job} was charged {charges} times")
+            if finals > 1:
+                found.append(f"{job} was finalized {finals} times")
+            if status == "SUCCEEDED" and charges == 0:
+                found.append(f"{job} succeeded without a charge")
+        return found
+
+    def summary(self) -> str:
+        if self.mechanism is None:
+            setting = f"Stage {self.stage} (no mechanism of its own); {self.mechanisms.describe()}"
+        else:
+            state = "on" if self.mechanism_on else "off"
+            setting = f"Stage {self.stage} with {self.mechanism} {state}; {self.mechanisms.describe()}"
+        statuses: dict[str, int] = {}
+        for c in self.jobs:
+            statuses[c.status] = statuses.get(c.status, 0) + 1
+        counts = "; ".join(f"{r['job']} {r['status']} A={r['A']} H={r['H']} C={r['C']} F={r['F']}"
+                           for r in self.rows())
+        scalars = ", ".join(f"{k}={v}" for k, v in self.measurements.items()
+                            if isinstance(v, int | float | str | bool | None))
+        broken = self.violations()
+        shown = "; ".join(broken[:4]) + (f"; and {len(broken) - 4} more" if len(broken) > 4 else "")
+        verdict = "The guarantee held." if not broken else f"The guarantee broke: {shown}."
+        return (f"{setting}. Seed {self.params.seed}, {len(self.jobs)} jobs: "
+                f"{', '.join(f'{n} {s}' for s, n in statuses.items())}. {counts}. {verdict}"
+                + (f" Measured: {scalars}." if scalars else ""))
+
+
+class Stage(Protocol):
+    """What a stage module provides (see stages/)."""
+
+    NAME: str
+    MECHANISM: str | None
+    FAILURE: str
+    INVARIANT: str
+
+    def mechanisms(self, on: bool) -> Mechanisms: ...
+
+    async def scenario(self, on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult: ...
+
+
+def stage_mechanisms(mechanism: str | None, on: bool) -> Mechanisms:
+    """Every mechanism before `mechanism` on, `mechanism` itself as `on` says, later ones off.
+    None (the naive stage): everything off either way."""
+    if mechanism is None:
+        return Mechanisms.all_off()
+    names = Mechanisms.names()
+    position = names.index(mechanism)
+    return Mechanisms.up_to(names[position - 1] if position else None).with_flags(**{mechanism: on})
+
+
+def index_stages(stages: Sequence[Stage]) -> dict[str, Stage]:
+    """Name -> stage, checking the stages are naive first and then one per mechanism, in order."""
+    declared = [stage.MECHANISM for stage in stages]
+    if declared != [None, *Mechanisms.names()]:
+        raise ValueError(f"stages must be naive then {', '.join(Mechanisms.names())}; got {declared}")
+    return {stage.NAME: stage for stage in stages}
+
+
+async def compare(stage: Stage, params: ScenarioParams = ScenarioParams()) -> tuple[ScenarioResult, ScenarioResult]:
+    """The stage's scenario with its mechanism off, then on. One after the other, not concurrently:
+    each run owns its databases, and timing measurements must not compete for the CPU."""
+    off = await stage.scenario(False, params)
+    on = await stage.scenario(True, params)
+    return off, on
+
+
+@dataclass
+class Experiment:
+    """One scenario run in progress: a LocalSystem plus what the result will need."""
+
+    stage: str
+    mechanism: str | None
+    on: bool
+    params: ScenarioParams
+    system: LocalSystem
+    started: datetime
+    submitted: list[uuid.UUID] = field(default_factory=list)  # in order, whether stored or not
+    fault_plans: list[FaultPlan] = field(default_factory=list)
+
+    @property
+    def mechanisms(self) -> Mechanisms:
+        return self.system.mechanisms
+
+    def seconds(self) -> float:
+        """Seconds since the experiment began, on the clock the timeline uses."""
+        return round((datetime.now(UTC) - self.started).total_seconds(), 4)
+
+    def faults(self) -> FaultPlan:
+        """A fault plan for workers, included in the timeline."""
+        plan = FaultPlan()
+        self.fault_plans.append(plan)
+        return plan
+
+    def settings(self, worker_id: str, **overrides: Any) -> WorkerSettings:
+        return fast_settings(lease_seconds=self.params.lease_seconds, concurrency=self.params.concurrency,
+                             backoff_seed=self.params.seed, worker_id=worker_id, **overrides)
+
+    def worker(self, worker_id: str, faults: FaultPlan | None = None, **overrides: Any) -> Worker:
+        return self.system.worker(self.settings(worker_id, **overrides), faults)
+
+    async def submit(self, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[uuid.UUID]:
+        """Insert `params.jobs` jobs straight into the queue, with ids derived from the seed so that
+        the charge service's seeded draws and the backoff jitter repeat run after run."""
+        ids = []
+        for i in range(self.params.jobs):
+            job_id = uuid.uuid5(_JOB_NAMESPACE, f"{self.stage}/{self.params.seed}/{i}")
+            submission = Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts)
+            await self.system.submit_direct(submission, job_id)
+            ids.append(job_id)
+        self.submitted.extend(ids)
+        return ids
+
+    async def submit_http(self, amount_cents: int = 1250) -> uuid.UUID:
+        """Submit one job through the API; the id is the client's receipt, stored or not."""
+        job_id = await self.system.submit_http(amount_cents)
+        self.submitted.append(job_id)
+        return job_id
+
+    async def wait_for(self, condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 20.0) -> None:
+        await self.system.wait_until(condition, timeout, what)
+
+    async def wait_settled(self, ids: Sequence[uuid.UUID], timeout: float = 20.0) -> None:
+        """Until every job in `ids` is SUCCEEDED or DEAD."""
+        async def settled() -> bool:
+            for job_id in ids:
+                job = await self.system.queue.get(job_id)
+                if job is None or job.status not in FINAL_STATUSES:
+                    return False
+            return True
+        await self.wait_for(settled, f"{len(ids)} job(s) to be SUCCEEDED or DEAD", timeout)
+
+    async def result(self, measurements: dict[str, Any] | None = None) -> ScenarioResult:
+        """Stop the workers (in-flight handlers finish within their grace), then read what was recorded."""
+        await self.system.stop_workers()
+        recorded = {c.job_id: c for c in await self.system.counts()}
+        jobs = [recorded.pop(job_id, None) or JobCounts(job_id, LOST, 0, 0, 0, 0, 0) for job_id in self.submitted]
+        jobs.extend(recorded.values())  # anything stored that the scenario did not submit itself
+        events = await timeline.collect(self.system.databases, self.started,
+                                        [self.system.api_faults, *self.fault_plans])
+        return ScenarioResult(self.stage, self.mechanism, self.on, self.mechanisms, self.params, jobs, events,
+                              measurements or {})
+
+
+def arm_crash_all(plan: FaultPlan, point: str, handlers: int) -> None:
+    """Crash a worker at `point` once all `handlers` of its jobs are there. The first arrivals wait
+    (for an event never set); the last crashes the worker, which cancels the waiting ones. A plain
+    arm_crash would kill the worker at the first arrival and cut the others off mid-charge, leaving
+    H and C to chance."""
+    if handlers > 1:
+        plan.arm_pause(point, until=asyncio.Event(), times=handlers - 1)
+    plan.arm_crash(point)
+
+
+@asynccontextmanager
+async def experiment(stage: str, mechanism: str | None, on: bool, params: ScenarioParams,
+                     charge_faults: ChargeFaults | None = None) -> AsyncIterator[Experiment]:
+    """A fresh LocalSystem with the stage's mechanisms; its scratch databases are dropped on exit."""
+    mechanisms = stage_mechanisms(mechanism, on)
+    async with local_system(mechanisms, charge_faults, database_prefix="rq_stage") as system:
+        yield Experiment(stage, mechanism, on, params, system, datetime.now(UTC))

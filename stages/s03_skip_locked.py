@@ -1,0 +1,54 @@
+"""Stage 3, skip-locked: a claim must be one atomic step, or two workers take the same job.
+
+Failure: the naive claim reads the due jobs, then updates them in a separate statement. Two workers
+that both read before either updates each take every job: each job runs twice, with no crash at all
+(A=2, H=2, and with idempotency and fencing still off, C=2 and F=2).
+Invariant: one claim per job at a time; with SELECT ... FOR UPDATE SKIP LOCKED the read and the
+update are one transaction and a row another claimer holds is skipped, not waited for.
+Boundary: it only serialises claims. A worker that crashes holding its claim keeps the job forever
+(stage leases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reliableq import lab
+from reliableq.config import Mechanisms
+
+NAME = "skip-locked"
+MECHANISM = "skip_locked"
+FAILURE = "two workers read the same due job before either marks it: it runs twice without any crash"
+INVARIANT = "each job is claimed by one worker at a time (A=1 when nothing fails)"
+
+
+def mechanisms(on: bool) -> Mechanisms:
+    return lab.stage_mechanisms(MECHANISM, on)
+
+
+async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+    """Two real workers over one queue; the naive claim is held open between its read and its update."""
+    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+        ids = await run.submit()
+        both_read = asyncio.Event()
+        faults = run.faults()
+        faults.arm_pause("before_claim_update", until=both_read, times=2)
+        workers = [run.worker(f"worker-{n}", faults) for n in (1, 2)]
+        for worker in workers:
+            run.system.start_worker(worker)
+
+        async def both_paused() -> bool:
+            return sum(t.action == "pause" for t in faults.triggered) == 2
+
+        if not run.mechanisms.skip_locked:
+            # Pin the race open: both have read the due jobs, neither has updated them yet.
+            # The SKIP LOCKED claim never passes this point, so there is nothing to wait for.
+            await run.wait_for(both_paused, "both workers to read the due jobs")
+        both_read.set()
+        await run.wait_settled(ids)
+        result = await run.result()
+        result.measurements = {
+            "claims_by_worker": {w.worker_id: w.stats.claimed for w in workers},
+            "jobs_claimed_twice": sum(c.attempts > 1 for c in result.jobs),
+        }
+        return result

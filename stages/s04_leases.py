@@ -1,0 +1,61 @@
+"""Stage 4, leases: a claim must expire, or a dead worker's job is stranded forever.
+
+Failure: without leases RUNNING is just a flag. A worker that dies after claiming (here at
+after_claim_before_effect) leaves its jobs RUNNING; another worker polling for two whole lease
+lengths and more never sees them due again.
+Invariant: every claimed job is eventually finished or claimed again; a claim is a lease with an
+expiry on PostgreSQL's clock, renewed while the handler works, and an expired lease makes the job due.
+Boundary: expiry cannot tell a dead worker from a slow one. A paused worker whose lease was taken
+over still believes it owns the job (stage fencing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reliableq import lab
+from reliableq.config import Mechanisms
+
+NAME = "leases"
+MECHANISM = "leases"
+FAILURE = "a worker dies after claiming: without an expiry its jobs stay RUNNING forever"
+INVARIANT = "a claimed job whose worker died is claimed again once its lease expires"
+CRASH_POINT = "after_claim_before_effect"  # default; params.crash_point overrides
+WAIT_LEASES = 2.5  # without leases, how many lease lengths the second worker polls before we look
+
+
+def mechanisms(on: bool) -> Mechanisms:
+    return lab.stage_mechanisms(MECHANISM, on)
+
+
+async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+    """worker-1 claims every job and crashes; worker-2 polls; see whether the jobs come back."""
+    point = params.crash_point or CRASH_POINT
+    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+        system = run.system
+        ids = await run.submit()
+        faults = run.faults()
+        lab.arm_crash_all(faults, point, len(ids))
+        first = await asyncio.wait_for(run.worker("worker-1", faults).run(), 20)
+        crashed_at = await system.queue.database_now()
+        second = run.worker("worker-2")
+        system.start_worker(second)
+        if run.mechanisms.leases:
+            await run.wait_settled(ids)
+        else:
+            # Nothing will change however long we wait; wait a few lease lengths by the
+            # database's clock (the clock leases are measured by) to show it.
+            async def leases_passed() -> bool:
+                waited = (await system.queue.database_now() - crashed_at).total_seconds()
+                return waited >= WAIT_LEASES * params.lease_seconds
+            await run.wait_for(leases_passed, f"{WAIT_LEASES} leases to pass", 10 + WAIT_LEASES * params.lease_seconds)
+        jobs = [await system.queue.get(job_id) for job_id in ids]
+        waited = (await system.queue.database_now() - crashed_at).total_seconds()
+        finished = [job.finalized_at for job in jobs if job.finalized_at]
+        return await run.result({
+            "crashed_at": first.crashed_at,
+            "stranded": sum(job.status == "RUNNING" for job in jobs),
+            "leases_waited": round(waited / params.lease_seconds, 2),
+            "reclaimed_by_worker_2": second.stats.claimed,
+            "recovery_seconds": round((max(finished) - crashed_at).total_seconds(), 3) if finished else None,
+        })

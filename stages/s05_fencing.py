@@ -1,0 +1,67 @@
+"""Stage 5, fencing: a worker whose lease was taken over must not be able to finalize.
+
+Failure: worker-1 charges its jobs and pauses (a GC pause, a frozen VM) before finalizing. Its lease
+expires, worker-2 reclaims the jobs, runs and finalizes them. worker-1 wakes up, still believing it
+owns them, and its finalize, which checks nothing, wins as well: F=2, the attempt row says
+`succeeded` twice. Had its outcome been a retry, it would have sent a finished job back to PENDING.
+Invariant: only the current lease holder changes a job; every renew/succeed/retry/dead carries the
+lease token, a stale token matches zero rows, and the loss is recorded (`lost_succeed`, F=1).
+Boundary: fencing guards the queue's rows, not the outside world. The stale worker's charge already
+happened: with idempotency still off, C=2 either way (stage idempotency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reliableq import lab
+from reliableq.config import Mechanisms
+
+NAME = "fencing"
+MECHANISM = "fencing"
+FAILURE = "a paused worker wakes after its lease was reclaimed and its stale finalize overwrites the job"
+INVARIANT = "only the current lease token can finalize a job (F=1); a stale finalize changes nothing"
+PAUSE_POINT = "after_effect_before_finalize"
+
+
+def mechanisms(on: bool) -> Mechanisms:
+    return lab.stage_mechanisms(MECHANISM, on)
+
+
+async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+    """Pause worker-1 after its charges until worker-2 has reclaimed and finished every job; resume."""
+    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+        system = run.system
+        ids = await run.submit()
+        resume = asyncio.Event()
+        faults = run.faults()
+        faults.arm_pause(PAUSE_POINT, until=resume, times=len(ids))
+        stale = run.worker("worker-1", faults)
+        system.start_worker(stale)
+
+        async def all_paused() -> bool:
+            return sum(t.action == "pause" for t in faults.triggered) == len(ids)
+        await run.wait_for(all_paused, "worker-1 to charge every job and pause")
+
+        # Started only now, so it cannot take a job before worker-1 has claimed it.
+        rescuer = run.worker("worker-2")
+        system.start_worker(rescuer)
+
+        async def finished_by_rescuer() -> bool:
+            jobs = [await system.queue.get(job_id) for job_id in ids]
+            return all(job.status == "SUCCEEDED" and job.worker_id == "worker-2" for job in jobs)
+        await run.wait_for(finished_by_rescuer, "worker-2 to reclaim and finish every job")
+
+        resume.set()
+
+        async def stale_finalized() -> bool:
+            s = stale.stats
+            return s.succeeded + s.retried + s.dead + s.lost_finalizes == len(ids)
+        await run.wait_for(stale_finalized, "worker-1 to attempt its stale finalizes")
+
+        outcomes = [a["outcome"] for a in await system.queue.attempts_of(ids[0])]
+        return await run.result({
+            "stale_finalizes_won": stale.stats.succeeded,
+            "stale_finalizes_refused": stale.stats.lost_finalizes,
+            "job_1_attempt_outcomes": outcomes,
+        })

@@ -1,0 +1,47 @@
+"""Stage 6, idempotency: a job that runs twice must charge once.
+
+Failure: the charge commits, then the worker crashes before finalizing. The lease expires, another
+worker runs the job again, and without an idempotency key the charge service cannot tell the retry
+from a new payment: A=2, H=2, C=2. Leases and fencing did their part (F=1); the customer still paid
+twice.
+Invariant: C=1 per job. Every attempt sends the job's stable key; the service creates one charge per
+key (INSERT ... ON CONFLICT) and answers a repeat with the original.
+Boundary: the handler still runs twice (H=2): at-least-once execution, exactly-once effect only for
+effects that honour a key. An email, or a service that ignores keys, still happens twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reliableq import lab
+from reliableq.config import Mechanisms
+
+NAME = "idempotency"
+MECHANISM = "idempotency"
+FAILURE = "a worker crashes after the charge committed; the retry charges again"
+INVARIANT = "each job commits at most one charge (C=1), however often it runs"
+CRASH_POINT = "after_effect_before_finalize"  # default; params.crash_point overrides
+
+
+def mechanisms(on: bool) -> Mechanisms:
+    return lab.stage_mechanisms(MECHANISM, on)
+
+
+async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+    """worker-1 charges every job and crashes before finalizing; worker-2 reclaims and finishes them."""
+    point = params.crash_point or CRASH_POINT
+    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+        ids = await run.submit()
+        faults = run.faults()
+        lab.arm_crash_all(faults, point, len(ids))
+        first = await asyncio.wait_for(run.worker("worker-1", faults).run(), 20)
+        run.system.start_worker(run.worker("worker-2"))
+        await run.wait_settled(ids)
+        result = await run.result()
+        result.measurements = {
+            "crashed_at": first.crashed_at,
+            "duplicate_charges": sum(max(c.charges - 1, 0) for c in result.jobs),
+            "handler_runs": sum(c.handler_runs for c in result.jobs),
+        }
+        return result

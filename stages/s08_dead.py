@@ -1,0 +1,70 @@
+"""Stage 8, dead: a job that cannot succeed must stop, be kept, and be replayable.
+
+Failure: the charge service rejects the card (a permanent 422). Without a DEAD state the worker
+treats it like any failure and retries it forever, far past its attempt budget: load that never
+pays off, and a job no operator is told about.
+Invariant: a job ends DEAD at a permanent failure or when its attempt budget is spent, with a one-line
+sanitised last_error; an operator can inspect it and replay it (same id, same idempotency key,
+a fresh budget) once the cause is fixed, and the replay still charges at most once.
+Boundary: DEAD is a decision, not a fix. Misclassify a transient error as permanent and good jobs die;
+the replay is manual.
+"""
+
+from __future__ import annotations
+
+from reliableq import lab
+from reliableq.charge import ChargeFaults
+from reliableq.config import Mechanisms
+
+NAME = "dead"
+MECHANISM = "dead"
+FAILURE = "a permanent failure is retried forever, past the attempt budget"
+INVARIANT = "a job ends DEAD at a permanent failure or after max_attempts, and replays to one charge"
+BUDGET = 3  # max_attempts of every job in this stage
+OBSERVE_ATTEMPTS = 2 * BUDGET  # without dead: how many attempts we watch a job make before stopping
+
+
+def mechanisms(on: bool) -> Mechanisms:
+    return lab.stage_mechanisms(MECHANISM, on)
+
+
+async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+    """Cards rejected (422 with probability params.failure_rate); off: watch the retries climb;
+    on: inspect the DEAD jobs over the API, fix the cause, replay them over the API."""
+    faults = ChargeFaults(permanent_rate=params.failure_rate, seed=params.seed)
+    async with lab.experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
+        system = run.system
+        ids = await run.submit(max_attempts=BUDGET)
+        system.start_worker(run.worker("worker-1"))
+        api = f"{system.api_url}/v1/jobs"
+
+        if not run.mechanisms.dead:
+            async def past_budget() -> bool:
+                jobs = [await system.queue.get(job_id) for job_id in ids]
+                return all(j.status == "SUCCEEDED" or j.attempts >= OBSERVE_ATTEMPTS for j in jobs)
+            await run.wait_for(past_budget, f"every failing job to make {OBSERVE_ATTEMPTS} attempts")
+            result = await run.result()
+            result.measurements = {
+                "budget": BUDGET,
+                "dead_jobs": 0,
+                "attempts_past_budget": sum(max(c.attempts - BUDGET, 0) for c in result.jobs),
+            }
+            return result
+
+        await run.wait_settled(ids)
+        dead = [job_id for job_id in ids if (await system.queue.get(job_id)).status == "DEAD"]
+        inspected = [(await system.http.get(f"{api}/{job_id}")).json() for job_id in dead]
+        faults.permanent_rate = 0.0  # the operator fixed the cause (a new card on file)
+        replayed = [(await system.http.post(f"{api}/{job_id}/replay")).json() for job_id in dead]
+        await run.wait_settled(ids)
+        return await run.result({
+            "budget": BUDGET,
+            "dead_jobs": len(dead),
+            # GET /v1/jobs/{id} lists the attempt rows under "attempts" (shadowing the count).
+            "attempts_when_dead": [len(job["attempts"]) for job in inspected],
+            "last_error": inspected[0]["last_error"] if inspected else None,
+            "replayed": len(replayed),
+            "replay_kept_id_and_key": all(
+                (r["id"], r["idempotency_key"]) == (i["id"], i["idempotency_key"])
+                for r, i in zip(replayed, inspected, strict=True)),
+        })

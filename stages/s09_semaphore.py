@@ -1,0 +1,48 @@
+"""Stage 9, semaphore: a worker must not start more work than its dependencies can take.
+
+Failure: the worker claims and starts everything that is due. The charge service can take
+CHARGE_CAPACITY requests at once (each takes CHARGE_LATENCY_SECONDS); the rest are refused with
+503 overloaded, so jobs burn attempts on refusals, and a bigger backlog makes it worse.
+Invariant: at most `concurrency` jobs in flight per worker: it claims only as many jobs as it has
+free permits, so with concurrency <= capacity nothing is refused.
+Boundary: a permit bounds one worker. N workers still send N * concurrency requests; a shared limit
+needs coordination (a rate limiter, or capacity divided among workers) that this queue does not do.
+"""
+
+from __future__ import annotations
+
+from reliableq import lab
+from reliableq.charge import ChargeFaults
+from reliableq.config import Mechanisms
+
+NAME = "semaphore"
+MECHANISM = "semaphore"
+FAILURE = "a worker that starts everything due overloads a charge service of limited capacity"
+INVARIANT = "a worker has at most `concurrency` jobs in flight; with concurrency <= capacity none is refused"
+CHARGE_CAPACITY = 2  # requests the charge service handles at once (K); the default concurrency matches
+CHARGE_LATENCY_SECONDS = 0.2  # how long each charge takes, so requests overlap
+BUDGET = 10  # attempts per job: refusals are retried; the budget is not this stage's subject
+
+
+def mechanisms(on: bool) -> Mechanisms:
+    return lab.stage_mechanisms(MECHANISM, on)
+
+
+async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+    """params.jobs due at once, one worker with params.concurrency permits, a service of capacity K."""
+    faults = ChargeFaults(capacity=CHARGE_CAPACITY, latency_seconds=CHARGE_LATENCY_SECONDS, seed=params.seed)
+    async with lab.experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
+        ids = await run.submit(max_attempts=BUDGET)
+        worker = run.worker("worker-1")
+        run.system.start_worker(worker)
+        await run.wait_settled(ids)
+        service = await run.system.charge_stats()
+        result = await run.result()
+        result.measurements = {
+            "capacity": CHARGE_CAPACITY,
+            "concurrency": params.concurrency,
+            "in_flight_peak": worker.stats.in_flight_peak,
+            "service_in_flight_peak": service["in_flight_peak"],
+            "refused": sum(e.kind == "charge" and e.detail.startswith("overloaded") for e in result.events),
+        }
+        return result
