@@ -242,10 +242,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from reliableq.demo import crash_after_charge
-    result = asyncio.run(crash_after_charge(_mechanisms(args)))
+    from reliableq import demo
+    if args.story == "crash":
+        result = asyncio.run(demo.crash_after_charge(_mechanisms(args)))
+    elif args.off:
+        raise UsageError("--off applies to the in-process demo only; kill9 and pause run the full system")
+    elif args.story == "kill9":
+        result = asyncio.run(demo.kill9(args.lease or 2.0))
+    else:
+        result = asyncio.run(demo.pause(args.lease or 1.0))
     print(result.report())
     return 0
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from reliableq.chaos import ChaosConfig, run_chaos
+    config = ChaosConfig(seed=args.seed, jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,
+                         lease_seconds=args.lease, settle_seconds=args.settle, mechanisms=_mechanisms(args))
+    report = asyncio.run(run_chaos(config))
+    print(report.text())
+    return 0 if report.ok else 1
 
 
 # -- parser ---------------------------------------------------------------------------------------
@@ -316,8 +332,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_replay)
 
     p = sub.add_parser("demo", help="crash a worker after its charge commits, recover, print A H C F")
+    p.add_argument("story", nargs="?", default="crash", choices=["crash", "kill9", "pause"],
+                   help="crash: in-process (default); kill9: real SIGKILL; pause: real SIGSTOP/SIGCONT")
+    p.add_argument("--lease", type=_positive_float, help="lease seconds (kill9: 2, pause: 1)")
     _add_mechanism_option(p)
     p.set_defaults(run=cmd_demo)
+
+    p = sub.add_parser("chaos", help="seeded crashes, pauses and failures; then check the invariants")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=_positive_int, default=120)
+    p.add_argument("--workers", type=_positive_int, default=3)
+    p.add_argument("--concurrency", type=_positive_int, default=4, help="permits per worker")
+    p.add_argument("--lease", type=_positive_float, default=1.0, help="lease seconds")
+    p.add_argument("--settle", type=_positive_float, default=60.0, help="seconds the run may take to settle")
+    _add_mechanism_option(p)
+    p.set_defaults(run=cmd_chaos)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""`reliableq demo`: the lab's headline in one run.
+"""`reliableq demo`: the lab's headline in one run, and its versions with real processes and signals.
 
 One job, submitted over HTTP; its first worker charges it and crashes before finalizing; a second worker
 reclaims it when the lease expires and finishes it. With every mechanism on, the job ran twice but was
@@ -7,6 +7,11 @@ charged once and finalized once: A=2 H=2 C=1 F=1. With idempotency off, the same
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -53,3 +58,100 @@ async def crash_after_charge(mechanisms: Mechanisms = Mechanisms()) -> CrashReco
         recovery = time.monotonic() - crashed
         (counts,) = await system.counts()
     return CrashRecovery(mechanisms, counts, first.crashed_at or "nowhere", recovery)
+
+
+# -- real processes ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcessDemo:
+    counts: JobCounts
+    lines: list[str]
+
+    def report(self) -> str:
+        return "\n".join([*self.lines, f"{self.counts.short()}  (status {self.counts.status})"])
+
+
+def _spawn_worker(system, worker_id: str, lease_seconds: float, *extra: str) -> subprocess.Popen:
+    """A real `reliableq worker` process over the system's databases and charge service."""
+    env = os.environ | {"DATABASE_URL": system.databases.queue_url,
+                        "CHARGE_DATABASE_URL": system.databases.charge_url}
+    command = [sys.executable, "-m", "reliableq", "worker", "--charge-url", system.charge_url,
+               "--worker-id", worker_id, "--lease", str(lease_seconds), "--poll", "0.05", "--grace", "2", *extra]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+async def _wait_process(process: subprocess.Popen, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while process.poll() is None:
+        if time.monotonic() > deadline:
+            process.kill()
+            raise TimeoutError(f"worker process {process.pid} did not exit within {timeout}s")
+        await asyncio.sleep(0.02)
+    return process.returncode
+
+
+async def _stop(process: subprocess.Popen) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    await _wait_process(process, 15)
+    return process.stdout.read().strip().splitlines()[-1] if process.stdout else ""
+
+
+async def kill9(lease_seconds: float = 2.0) -> ProcessDemo:
+    """worker-1 is SIGKILLed right after its charge commits; worker-2 reclaims when the lease expires."""
+    async with local_system(database_prefix="rq_kill9") as system:
+        job_id = await system.submit_http(1250)
+        first = _spawn_worker(system, "worker-1", lease_seconds, "--crash-at", "after_effect_before_finalize")
+        code = await _wait_process(first, 60)
+        killed = time.monotonic()
+        if code != -signal.SIGKILL:
+            raise RuntimeError(f"worker-1 exited with {code}, expected SIGKILL")
+        second = _spawn_worker(system, "worker-2", lease_seconds)
+        await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=lease_seconds + 30)
+        recovery = time.monotonic() - killed
+        second_said = await _stop(second)
+        (counts,) = await system.counts()
+    return ProcessDemo(counts, [
+        f"job {job_id} submitted through the API (202 after commit); lease {lease_seconds:g} s",
+        f"worker-1 (pid {first.pid}) charged the job and was killed with SIGKILL before finalizing",
+        f"worker-2 (pid {second.pid}) reclaimed it after the lease expired: recovery took {recovery:.2f} s",
+        f"worker-2 on SIGTERM: {second_said}",
+    ])
+
+
+async def pause(lease_seconds: float = 1.0) -> ProcessDemo:
+    """worker-1 is SIGSTOPped holding the lease; worker-2 reclaims and finishes; on SIGCONT worker-1's
+    finalize carries a stale lease token and changes zero rows."""
+    async with local_system(database_prefix="rq_pause") as system:
+        system.charge_faults.latency_seconds = 0.3  # a window in which worker-1 holds the job
+        job_id = await system.submit_http(1250)
+        first = _spawn_worker(system, "worker-1", lease_seconds)
+
+        async def held_by_first() -> bool:
+            job = await system.queue.get(job_id)
+            return job.status == "RUNNING" and job.worker_id == "worker-1"
+        await system.wait_until(held_by_first, 30, "worker-1 to claim the job")
+        first.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        second = _spawn_worker(system, "worker-2", lease_seconds)
+        await system.wait_for_status(job_id, {"SUCCEEDED"}, timeout=lease_seconds + 30)
+        reclaimed = time.monotonic() - stopped
+        first.send_signal(signal.SIGCONT)
+
+        async def first_refused() -> bool:
+            attempts = await system.queue.attempts_of(job_id)
+            return any(a["worker_id"] == "worker-1" and (a["outcome"] or "").startswith("lost_") for a in attempts)
+        await system.wait_until(first_refused, 30, "worker-1's stale finalize")
+        first_said, second_said = await _stop(first), await _stop(second)
+        attempts = await system.queue.attempts_of(job_id)
+        (counts,) = await system.counts()
+    return ProcessDemo(counts, [
+        f"job {job_id}; lease {lease_seconds:g} s",
+        f"worker-1 (pid {first.pid}) claimed the job and was stopped with SIGSTOP",
+        f"worker-2 (pid {second.pid}) reclaimed it after the lease expired and finished it "
+        f"({reclaimed:.2f} s after the stop)",
+        "worker-1 got SIGCONT and tried to finalize with its old lease token:",
+        *(f"  attempt {a['attempt']} by {a['worker_id']}: {a['outcome']}" for a in attempts),
+        f"worker-1 on SIGTERM: {first_said}",
+        f"worker-2 on SIGTERM: {second_said}",
+    ])

@@ -62,6 +62,7 @@ class FaultPlan:
 
     armed: dict[str, list[_Armed]] = field(default_factory=dict)
     triggered: list[Triggered] = field(default_factory=list)  # in order; read by timelines
+    pauses_in_progress: int = 0  # a harness waits for these before judging a run
 
     def arm_crash(self, point: str, *, times: int = 1, job_filter: JobFilter | None = None,
                   real_kill: bool = False) -> None:
@@ -101,9 +102,13 @@ class FaultPlan:
             os.kill(os.getpid(), signal.SIGKILL)
         if armed.action == "crash":
             raise WorkerCrashed(point, job_id)
-        if armed.resume is not None:
-            await armed.resume.wait()
-        else:
-            await asyncio.sleep(armed.pause_seconds)
+        self.pauses_in_progress += 1
+        try:
+            if armed.resume is not None:
+                await armed.resume.wait()
+            else:
+                await asyncio.sleep(armed.pause_seconds)
+        finally:
+            self.pauses_in_progress -= 1
         self.triggered.append(Triggered(datetime.now(UTC), point, "resume", job_id, worker_id))
 

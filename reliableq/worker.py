@@ -18,6 +18,9 @@ import os
 import socket
 from dataclasses import dataclass
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from reliableq.backoff import Backoff
 from reliableq.charge import ChargeClient, ChargeOutcome
 from reliableq.config import WorkerSettings
@@ -76,8 +79,7 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                limit = self._claim_limit()
-                jobs = await self.queue.claim(limit, self.worker_id, self.settings.lease_seconds) if limit else []
+                jobs = await self._claim()
                 for job in jobs:
                     self._start(job)
                 if not jobs or self._claim_limit() == 0:
@@ -90,6 +92,17 @@ class Worker:
         except WorkerCrashed as crash:
             self._die(crash)
         return self.stats
+
+    async def _claim(self) -> list[Job]:
+        limit = self._claim_limit()
+        if not limit:
+            return []
+        try:
+            return await self.queue.claim(limit, self.worker_id, self.settings.lease_seconds)
+        except (psycopg.Error, PoolTimeout) as error:
+            # The database is briefly unreachable or saturated: nothing was claimed; try again next tick.
+            log.warning("worker %s could not claim: %s", self.worker_id, error)
+            return []
 
     def _start(self, job: Job) -> None:
         self.stats.claimed += 1

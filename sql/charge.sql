@@ -33,3 +33,7 @@ WHERE idempotency_key IS NOT NULL GROUP BY idempotency_key HAVING count(*) > 1;
 -- name: charge_requests_all
 -- Every request the service received, for timelines.
 SELECT job_id, received_at, idempotency_key, outcome, status_code FROM charge_requests ORDER BY received_at, id;
+
+-- name: charge_jobs_with_duplicates
+-- Jobs holding more than one committed charge, whatever their keys (NULL keys never conflict).
+SELECT job_id, count(*) AS charges FROM charges GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id;

@@ -202,3 +202,32 @@ FROM jobs j ORDER BY j.created_at, j.id;
 -- Every claim of every job, for timelines: who held it, from when, until when, and how it ended.
 SELECT job_id, attempt, worker_id, claimed_at, lease_expires_at, finished_at, outcome, error
 FROM job_attempts ORDER BY claimed_at, id;
+
+-- name: job_invariant_unfinished
+-- Jobs neither SUCCEEDED nor DEAD (after the system settled, each one is a violation).
+SELECT id AS job_id, status, attempts FROM jobs WHERE status NOT IN ('SUCCEEDED', 'DEAD') ORDER BY id;
+
+-- name: job_invariant_over_budget
+-- Jobs that were attempted more often than their budget allows.
+SELECT id AS job_id, attempts, max_attempts FROM jobs WHERE attempts > max_attempts ORDER BY id;
+
+-- name: job_invariant_stale_finalize
+-- Jobs finalized more than once, or finalized by an attempt that was no longer the latest owner.
+SELECT j.id AS job_id, count(*) AS terminal_finalizes, max(a.attempt) AS last_finalizing_attempt, j.attempts
+FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.outcome IN ('succeeded', 'dead')
+GROUP BY j.id, j.attempts
+HAVING count(*) > 1 OR min(a.attempt) < j.attempts
+ORDER BY j.id;
+
+-- name: job_invariant_reclaimed_early
+-- Claims taken while the previous owner's lease was still running (two owners at once).
+SELECT a.job_id, a.attempt AS earlier_attempt, b.attempt AS later_attempt
+FROM job_attempts a
+JOIN job_attempts b ON b.job_id = a.job_id AND b.attempt = a.attempt + 1
+WHERE a.lease_expires_at IS NOT NULL AND b.claimed_at < a.lease_expires_at
+  AND (a.finished_at IS NULL OR a.finished_at > b.claimed_at OR a.outcome = 'expired')
+ORDER BY a.job_id;
+
+-- name: job_ids
+-- The id of every stored job.
+SELECT id AS job_id FROM jobs;

@@ -15,10 +15,11 @@ from reliableq.payload import Submission
 from reliableq.queue import Queue
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if inspect.iscoroutinefunction(getattr(item, "function", None)):
-            item.add_marker(pytest.mark.anyio)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    """Run every `async def test_*` on anyio, before parametrization sees it."""
+    if collector.funcnamefilter(name) and inspect.iscoroutinefunction(obj):
+        pytest.mark.anyio(obj)
 
 
 @pytest.fixture

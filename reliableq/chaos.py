@@ -1,0 +1,213 @@
+"""The seeded chaos suite: many jobs, several workers, crashes, long pauses and failures, then a check.
+
+A seed fixes the whole fault schedule: which job (by submission order) meets which crash or pause, and
+which charge requests fail. Crashed workers are restarted, as a process supervisor would. Once every
+job has settled (or the settle time ran out) the invariants are checked directly in PostgreSQL. With a
+mechanism switched off, the report names the invariant that broke. In-process workers share one event
+loop, so a "pause" stalls one handler (its lease stops being renewed), not a whole process; the real
+SIGSTOP and SIGKILL versions are `reliableq demo pause` and `reliableq demo kill9`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from reliableq import invariants
+from reliableq.charge import ChargeFaults
+from reliableq.config import Mechanisms
+from reliableq.faults import CRASH_POINTS, FaultPlan
+from reliableq.harness import LocalSystem, fast_settings, local_system
+from reliableq.invariants import Check
+from reliableq.timeline import Event, collect
+
+WORKER_CRASH_POINTS = CRASH_POINTS[:3]
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    seed: int = 0
+    jobs: int = 120
+    workers: int = 3
+    concurrency: int = 4  # permits per worker
+    lease_seconds: float = 1.0
+    crash_rate: float = 0.05  # share of jobs whose worker crashes at one of the three crash points
+    pause_rate: float = 0.08  # share of jobs whose handler stalls for longer than the lease
+    api_crash_rate: float = 0.03  # share of submissions the API "crashes" on between 202 and commit
+    poison_rate: float = 0.02  # share of jobs whose amount the charge service always declines
+    transient_rate: float = 0.1  # share of charge requests answered 503
+    permanent_rate: float = 0.02  # share of charge requests answered 422
+    settle_seconds: float = 60.0  # how long the system may take to finish every job
+    mechanisms: Mechanisms = Mechanisms()
+
+
+@dataclass(frozen=True)
+class ScheduledFault:
+    job_index: int  # submission order
+    action: str  # crash | pause | api_crash | poison
+    point: str
+
+
+def fault_schedule(config: ChaosConfig) -> list[ScheduledFault]:
+    """The faults a seed implies, by job index: the same seed always gives the same schedule."""
+    rng = random.Random(config.seed)
+    schedule = []
+    for index in range(config.jobs):
+        u = rng.random()
+        point = rng.choice(WORKER_CRASH_POINTS)
+        if u < config.crash_rate:
+            schedule.append(ScheduledFault(index, "crash", point))
+        elif u < config.crash_rate + config.pause_rate:
+            # A pause where no transaction is open: the handler just stops renewing.
+            schedule.append(ScheduledFault(index, "pause", rng.choice(WORKER_CRASH_POINTS[:2])))
+        elif u < config.crash_rate + config.pause_rate + config.api_crash_rate:
+            schedule.append(ScheduledFault(index, "api_crash", "after_ack_before_commit"))
+        elif u < config.crash_rate + config.pause_rate + config.api_crash_rate + config.poison_rate:
+            schedule.append(ScheduledFault(index, "poison", "charge"))
+    return schedule
+
+
+@dataclass
+class ChaosReport:
+    config: ChaosConfig
+    schedule: list[ScheduledFault]
+    checks: list[Check]
+    acknowledged: int
+    restarts: int
+    settled: bool
+    seconds: float
+    status_counts: dict[str, int]
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.held for check in self.checks)
+
+    def shortest_broken_history(self) -> list[Event]:
+        """The events of the offending job with the fewest events: the smallest story of the failure."""
+        offenders = {str(v["job_id"]) for check in self.checks for v in check.violations if "job_id" in v}
+        histories = [[e for e in self.events if e.job_id == job] for job in offenders]
+        return min((h for h in histories if h), key=len, default=[])
+
+    def text(self) -> str:
+        c = self.config
+        kinds = Counter(f.action for f in self.schedule)
+        lines = [
+            f"chaos seed={c.seed} jobs={c.jobs} workers={c.workers}x{c.concurrency} lease={c.lease_seconds:g}s "
+            f"({c.mechanisms.describe()})",
+            f"faults scheduled: {kinds.get('crash', 0)} worker crashes, {kinds.get('pause', 0)} pauses longer "
+            f"than the lease, {kinds.get('api_crash', 0)} API crashes, {kinds.get('poison', 0)} poison jobs; "
+            f"charge failures: "
+            f"{c.transient_rate:.0%} transient, {c.permanent_rate:.0%} permanent",
+            f"acknowledged {self.acknowledged}, worker restarts {self.restarts}, "
+            f"{'settled' if self.settled else 'did NOT settle'} in {self.seconds:.1f}s; "
+            + " ".join(f"{s}={n}" for s, n in self.status_counts.items()),
+            "invariants:",
+            *(f"  {check.line()}" for check in self.checks),
+        ]
+        if self.ok:
+            lines.append("all invariants held")
+        else:
+            broken = [check.name for check in self.checks if not check.held]
+            lines.append(f"VIOLATED with seed {c.seed}: " + "; ".join(broken))
+            history = self.shortest_broken_history()
+            if history:
+                lines.append(f"shortest history that broke (job {history[0].job_id}):")
+                lines += [f"  {e.seconds:8.3f}s  {e.worker:<24} {e.kind:<14} {e.detail}" for e in history]
+        return "\n".join(lines)
+
+
+async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
+    schedule = fault_schedule(config)
+    faults = FaultPlan()
+    api_faults = FaultPlan()
+    charge_faults = ChargeFaults(transient_rate=config.transient_rate, permanent_rate=config.permanent_rate,
+                                 seed=config.seed)
+    settings = fast_settings(concurrency=config.concurrency, lease_seconds=config.lease_seconds,
+                             backoff_seed=config.seed, charge_timeout_seconds=max(1.0, config.lease_seconds))
+    started_wall = None
+    async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos") as system:
+        started_wall = await system.queue.database_now()
+        by_index = {f.job_index: f for f in schedule}
+        api_crash_calls = [i for i, f in sorted(by_index.items()) if f.action == "api_crash"]
+        # The API's fault point sees job ids it has not returned yet, so it is armed by call order.
+        _arm_api_crashes(api_faults, api_crash_calls)
+        poison_amount = charge_faults.decline_over_cents + 1
+        acknowledged = [await system.submit_http(poison_amount if _is(by_index, index, "poison") else 1000 + index)
+                        for index in range(config.jobs)]
+        for index, fault in by_index.items():
+            if fault.action in ("api_crash", "poison"):
+                continue
+            target = acknowledged[index]
+            job_filter = _for_job(target)
+            if fault.action == "crash":
+                faults.arm_crash(fault.point, job_filter=job_filter)
+            else:
+                faults.arm_pause(fault.point, seconds=config.lease_seconds * 1.6, job_filter=job_filter)
+        began = time.monotonic()
+        stop = asyncio.Event()
+        supervisors = [asyncio.create_task(_supervise(system, settings, faults, slot, stop))
+                       for slot in range(config.workers)]
+        settled = True
+        try:
+            await system.wait_all_terminal(timeout=config.settle_seconds)
+            # A stalled handler that outlived its lease resumes after the job settled: let its
+            # (stale) finalize happen before judging, or fencing would never be put to the test.
+            await system.wait_until(_no_pause(faults), config.lease_seconds * 3, "paused handlers to resume")
+        except TimeoutError:
+            settled = False
+        stop.set()
+        results = await asyncio.gather(*supervisors)
+        seconds = time.monotonic() - began
+        peaks = [peak for _, worker_peaks in results for peak in worker_peaks]
+        checks = await invariants.check_stored(system.databases, acknowledged, enforce_budget=True)
+        checks.append(invariants.capacity_check(peaks, config.concurrency))
+        events = await collect(system.databases, started_wall, [faults, api_faults])
+        status_counts = await system.queue.counts()
+    return ChaosReport(config, schedule, checks, len(acknowledged), sum(r for r, _ in results), settled,
+                       seconds, status_counts, events)
+
+
+def _is(by_index: dict[int, ScheduledFault], index: int, action: str) -> bool:
+    return index in by_index and by_index[index].action == action
+
+
+def _no_pause(faults: FaultPlan):
+    async def check() -> bool:
+        return faults.pauses_in_progress == 0
+    return check
+
+
+def _for_job(job_id: uuid.UUID):
+    return lambda job: getattr(job, "id", None) == job_id
+
+
+def _arm_api_crashes(api_faults: FaultPlan, call_indexes: list[int]) -> None:
+    calls = iter(range(10**9))
+    targets = set(call_indexes)
+    api_faults.arm_crash("after_ack_before_commit", times=len(targets),
+                         job_filter=lambda _job_id: next(calls) in targets)
+
+
+async def _supervise(system: LocalSystem, settings, faults: FaultPlan, slot: int,
+                     stop: asyncio.Event) -> tuple[int, list[int]]:
+    """Run one worker slot, restarting its worker after each crash, until told to stop."""
+    restarts, peaks, generation = 0, [], 0
+    while True:
+        worker = system.worker(settings.with_id(f"chaos-{slot}.{generation}"), faults)
+        task = system.start_worker(worker)
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            worker.request_stop()
+        stats = await task
+        stopper.cancel()
+        peaks.append(stats.in_flight_peak)
+        if stats.crashed_at is None or stop.is_set():
+            return restarts, peaks
+        restarts += 1
+        generation += 1
