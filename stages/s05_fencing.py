@@ -36,12 +36,16 @@ async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioPar
         resume = asyncio.Event()
         faults = run.faults()
         faults.arm_pause(PAUSE_POINT, until=resume, times=len(ids))
-        stale = run.worker("worker-1", faults)
+        # A long grace: once told to stop, worker-1 still waits for its stalled handlers to finish.
+        stale = run.worker("worker-1", faults, shutdown_grace_seconds=60.0)
         system.start_worker(stale)
 
         async def all_paused() -> bool:
             return sum(t.action == "pause" for t in faults.triggered) == len(ids)
         await run.wait_for(all_paused, "worker-1 to charge every job and pause")
+        # The pause stalls only its handlers; a frozen process would not claim either. Without this
+        # its own claim loop could take the expired jobs back before worker-2 does.
+        stale.request_stop()
 
         # Started only now, so it cannot take a job before worker-1 has claimed it.
         rescuer = run.worker("worker-2")

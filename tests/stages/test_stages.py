@@ -1,0 +1,233 @@
+"""Every stage with its mechanism off and on: the off run shows the failure, the on run the guarantee.
+
+Each scenario makes its own scratch databases through the harness (real PostgreSQL, real HTTP on
+loopback, real workers) and drops them afterwards. A stage's off and on runs happen once per session
+and are shared by the tests that read them; the numbers asserted are the A/H/C/F PostgreSQL recorded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import stages
+from reliableq import lab
+from reliableq.config import Mechanisms
+from reliableq.faults import CRASH_POINTS
+from stages import s07_backoff, s08_dead, s09_semaphore
+
+PARAMS = lab.ScenarioParams()
+NAMES = stages.names()
+_compared: dict[str, tuple[lab.ScenarioResult, lab.ScenarioResult]] = {}
+
+
+async def compared(name: str) -> tuple[lab.ScenarioResult, lab.ScenarioResult]:
+    """The stage's (off, on) results, run once per session."""
+    if name not in _compared:
+        _compared[name] = await lab.compare(stages.get(name), PARAMS)
+    return _compared[name]
+
+
+def counts(result: lab.ScenarioResult) -> list[tuple[int, int, int, int]]:
+    return [(r["A"], r["H"], r["C"], r["F"]) for r in result.rows()]
+
+
+def statuses(result: lab.ScenarioResult) -> set[str]:
+    return {r["status"] for r in result.rows()}
+
+
+# -- the registry -------------------------------------------------------------------------------------
+
+def test_registry_order_matches_mechanisms():
+    """naive first, then one stage per mechanism flag, in the flags' order."""
+    assert [s.MECHANISM for s in stages.STAGES] == [None, *Mechanisms.names()]
+    assert NAMES == ["naive", *(name.replace("_", "-") for name in Mechanisms.names())]
+    assert [s.__name__.rsplit(".", 1)[1][:3] for s in stages.STAGES] == [f"s0{i}" for i in range(1, 10)]
+
+
+def test_registry_lookup_accepts_the_mechanism_spelling_and_names_the_choices():
+    assert stages.get("skip_locked") is stages.get("skip-locked")
+    with pytest.raises(LookupError, match="expected one of naive, commit-before-ack"):
+        stages.get("retries")
+
+
+def test_registry_refuses_stages_out_of_order():
+    with pytest.raises(ValueError, match="stages must be naive then"):
+        lab.index_stages(list(reversed(stages.STAGES)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stage_declares_failure_invariant_and_mechanisms(name):
+    """Docstring opens with the stage; with it on, every mechanism up to its own is on; off, only its own is off."""
+    stage = stages.get(name)
+    assert stage.__doc__.startswith(f"Stage {NAMES.index(name) + 1}, {name}:")
+    assert all(word in stage.__doc__ for word in ("Failure", "Invariant", "Boundary"))
+    assert stage.FAILURE and stage.INVARIANT and "\n" not in stage.FAILURE + stage.INVARIANT
+    if stage.MECHANISM is None:
+        assert stage.mechanisms(True) == stage.mechanisms(False) == Mechanisms.all_off()
+    else:
+        assert stage.mechanisms(True) == Mechanisms.up_to(stage.MECHANISM)
+        assert stage.mechanisms(False) == Mechanisms.up_to(stage.MECHANISM).without(stage.MECHANISM)
+
+
+def test_scenario_params_refuse_nonsense():
+    assert lab.ScenarioParams().crash_point is None and lab.ScenarioParams(crash_point=CRASH_POINTS[0])
+    for bad in ({"jobs": 0}, {"lease_seconds": 0}, {"crash_point": "nowhere"}, {"failure_rate": 1.5},
+                {"concurrency": 0}):
+        with pytest.raises(ValueError):
+            lab.ScenarioParams(**bad)
+
+
+# -- what holds for every stage with its mechanism on ---------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_stage_on_finishes_every_job_once(name):
+    """With the stage's mechanism on, every job ends SUCCEEDED, finalized exactly once, none lost."""
+    _, on = await compared(name)
+    assert on.mechanism_on and on.mechanisms == stages.get(name).mechanisms(True)
+    assert len(on.rows()) == PARAMS.jobs
+    assert statuses(on) == {"SUCCEEDED"}, on.summary()
+    assert all(r["F"] == 1 for r in on.rows()), on.summary()
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(
+        strict=True, reason="fencing guards the rows, not the charge: idempotency is still off"))
+    if name == "fencing" else name
+    for name in NAMES])
+async def test_stage_on_holds_the_full_guarantee(name):
+    """With the mechanism on, the checker finds nothing: stored, finished, charged once, finalized once."""
+    _, on = await compared(name)
+    assert on.violations() == [], on.summary()
+
+
+# -- each stage's own failure and guarantee ----------------------------------------------------------------
+
+async def test_naive_happy_path_counts_all_one_either_way():
+    """Nothing fails, so even everything off gives A=H=C=F=1."""
+    off, on = await compared("naive")
+    for result in (off, on):
+        assert result.mechanisms == Mechanisms.all_off()
+        assert counts(result) == [(1, 1, 1, 1)] * PARAMS.jobs
+        assert result.violations() == []
+
+
+async def test_commit_before_ack_off_loses_an_acknowledged_job():
+    """A crash between the 202 and the commit: the client holds job-1's id, the database never had it."""
+    off, on = await compared("commit-before-ack")
+    assert off.measurements["api_crashes"] == 1
+    assert off.measurements["acknowledged"] == PARAMS.jobs
+    assert off.measurements["lost_jobs"] == 1
+    assert off.rows()[0] == {"job": "job-1", "status": lab.LOST, "A": 0, "H": 0, "C": 0, "F": 0}
+    assert "job-1 was acknowledged but never stored" in off.violations()
+    assert on.measurements["lost_jobs"] == 0
+    assert on.measurements["api_crashes"] == 0  # the 202 waits for the commit; the point is never reached
+    assert on.measurements["stored"] == PARAMS.jobs
+
+
+async def test_skip_locked_off_runs_a_job_twice():
+    """Both workers read before either updates: each takes every job; no crash needed."""
+    off, on = await compared("skip-locked")
+    assert counts(off) == [(2, 2, 2, 2)] * PARAMS.jobs
+    assert off.measurements["claims_by_worker"] == {"worker-1": PARAMS.jobs, "worker-2": PARAMS.jobs}
+    assert counts(on) == [(1, 1, 1, 1)] * PARAMS.jobs
+    assert sum(on.measurements["claims_by_worker"].values()) == PARAMS.jobs
+
+
+async def test_leases_off_strands_a_crashed_workers_jobs():
+    """The worker dies after claiming; without leases the jobs stay RUNNING past two lease lengths."""
+    off, on = await compared("leases")
+    assert statuses(off) == {"RUNNING"}
+    assert counts(off) == [(1, 0, 0, 0)] * PARAMS.jobs
+    assert off.measurements["leases_waited"] > 2
+    assert off.measurements["reclaimed_by_worker_2"] == 0
+    # With leases: reclaimed once the lease expired; the crash came before the charge, so C=1.
+    assert counts(on) == [(2, 1, 1, 1)] * PARAMS.jobs
+    assert on.measurements["reclaimed_by_worker_2"] == PARAMS.jobs
+    assert on.measurements["recovery_seconds"] >= PARAMS.lease_seconds * 0.9
+
+
+async def test_fencing_off_lets_a_stale_finalize_win():
+    """The paused worker's finalize lands after the rescuer's: F=2 off, refused and recorded on."""
+    off, on = await compared("fencing")
+    assert [r["F"] for r in off.rows()] == [2] * PARAMS.jobs
+    assert off.measurements["stale_finalizes_won"] == PARAMS.jobs
+    assert off.measurements["job_1_attempt_outcomes"] == ["succeeded", "succeeded"]
+    assert [r["F"] for r in on.rows()] == [1] * PARAMS.jobs
+    assert on.measurements["stale_finalizes_refused"] == PARAMS.jobs
+    assert on.measurements["job_1_attempt_outcomes"] == ["lost_succeed", "succeeded"]
+    lost = [e for e in on.event_rows() if e["kind"] == "finalize_lost"]
+    assert sorted(e["job"] for e in lost) == [f"job-{i}" for i in range(1, PARAMS.jobs + 1)]
+    assert {e["worker"] for e in lost} == {"worker-1"}
+    # The boundary: both workers charged; fencing cannot take a charge back.
+    assert [r["C"] for r in on.rows()] == [2] * PARAMS.jobs
+
+
+async def test_idempotency_off_charges_twice():
+    """A crash after the charge committed: the retry charges again without the key, not with it."""
+    off, on = await compared("idempotency")
+    assert counts(off) == [(2, 2, 2, 1)] * PARAMS.jobs
+    assert off.measurements["duplicate_charges"] == PARAMS.jobs
+    assert counts(on) == [(2, 2, 1, 1)] * PARAMS.jobs  # still ran twice: at-least-once execution
+    assert on.measurements["duplicate_charges"] == 0
+
+
+async def test_backoff_off_hammers_the_failing_service():
+    """During the outage immediate retries arrive several times faster than backed-off ones."""
+    off, on = await compared("backoff")
+    assert off.measurements["attempts_per_second"] > 2 * on.measurements["attempts_per_second"]
+    assert off.measurements["retry_ceilings"] == [0.0] * s07_backoff.SCHEDULE_ATTEMPTS
+    ceilings = on.measurements["retry_ceilings"]
+    assert ceilings[0] == s07_backoff.BACKOFF_BASE_SECONDS and max(ceilings) == s07_backoff.BACKOFF_MAX_SECONDS
+    for delays in on.measurements["retry_schedule"].values():
+        assert len(delays) >= 3
+        # Observed: the jittered delay plus up to a poll interval and a claim.
+        assert all(d <= c + 0.25 for d, c in zip(delays, ceilings, strict=False)), delays
+    for result in (off, on):
+        assert all((r["status"], r["C"], r["F"]) == ("SUCCEEDED", 1, 1) for r in result.rows())
+
+
+async def test_dead_off_retries_past_the_budget():
+    """A rejected card is retried forever without DEAD; with it, DEAD at once, inspected, replayed, charged once."""
+    off, on = await compared("dead")
+    assert statuses(off) <= {"PENDING", "RUNNING"}
+    assert all(r["A"] >= s08_dead.OBSERVE_ATTEMPTS > s08_dead.BUDGET for r in off.rows())
+    assert all(r["C"] == 0 for r in off.rows())
+    assert on.measurements["dead_jobs"] == PARAMS.jobs
+    assert on.measurements["attempts_when_dead"] == [1] * PARAMS.jobs  # permanent: no point retrying
+    assert on.measurements["last_error"] == "permanent failure: injected permanent failure: card rejected"
+    assert on.measurements["replay_kept_id_and_key"] is True
+    assert counts(on) == [(2, 2, 1, 1)] * PARAMS.jobs
+
+
+async def test_semaphore_off_overloads_the_charge_service():
+    """Starting everything due puts more in flight than the service takes; permits keep it within."""
+    off, on = await compared("semaphore")
+    capacity = s09_semaphore.CHARGE_CAPACITY
+    assert off.measurements["in_flight_peak"] == PARAMS.jobs > capacity
+    assert off.measurements["service_in_flight_peak"] > capacity
+    assert off.measurements["refused"] > 0
+    assert on.measurements["in_flight_peak"] <= PARAMS.concurrency <= capacity
+    assert on.measurements["service_in_flight_peak"] <= capacity
+    assert on.measurements["refused"] == 0
+    assert counts(on) == [(1, 1, 1, 1)] * PARAMS.jobs
+
+
+# -- reproducibility and the result's shape ---------------------------------------------------------------
+
+async def test_skip_locked_same_seed_same_rows():
+    """The race is pinned by events, not timing: the same seed gives the same A/H/C/F rows again."""
+    off, _ = await compared("skip-locked")
+    again = await stages.get("skip-locked").scenario(False, PARAMS)
+    assert again.rows() == off.rows()
+
+
+async def test_idempotency_result_is_tidy():
+    """Rows carry job, status, A, H, C, F; events are labelled by job; the summary names the stage."""
+    off, _ = await compared("idempotency")
+    assert list(off.rows()[0]) == ["job", "status", "A", "H", "C", "F"]
+    kinds = {e["kind"] for e in off.event_rows()}
+    assert {"claim", "charge", "crash", "lease_expired", "finalize_won"} <= kinds
+    assert {e["job"] for e in off.event_rows()} == {f"job-{i}" for i in range(1, PARAMS.jobs + 1)}
+    assert [e.seconds for e in off.events] == sorted(e.seconds for e in off.events)
+    text = off.summary()
+    assert "idempotency off" in text and "charged 2 times" in text and "\n" not in text
