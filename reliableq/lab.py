@@ -3,8 +3,9 @@
 A stage (`stages/sNN_*.py`) declares one mechanism and the failure it stops; its scenario composes
 the harness, the fault plan and the queue through `experiment` and returns a `ScenarioResult`: A/H/C/F
 per job as PostgreSQL recorded them, the timeline, and the stage's own measurements. This module judges
-only against the full system's honest guarantee (`ScenarioResult.violations`); it stages no failure
-itself and holds no queue logic.
+only against the full system's honest guarantee, read off those A/H/C/F rows
+(`ScenarioResult.violations`), so a lesson's verdict is visible in its own table; the deeper database
+checks of chaos runs are `reliableq.invariants`. It stages no failure itself and holds no queue logic.
 """
 
 from __future__ import annotations
