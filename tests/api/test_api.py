@@ -1,0 +1,455 @@
+"""The HTTP API over real HTTP on loopback and a real PostgreSQL: acknowledgement after commit, input
+validation, inspection, listing, replay, health and the bearer token."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from reliableq.api import create_api_app
+from reliableq.config import MAX_PAYLOAD_BYTES, Mechanisms
+from reliableq.faults import FaultPlan
+from reliableq.harness import local_system
+from reliableq.servers import LoopbackServer
+
+# Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's
+# late marker makes anyio re-create such items without their callspec).
+pytestmark = pytest.mark.anyio
+
+DEADLINE_SECONDS = 2.0
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def serve(app) -> AsyncIterator[httpx.AsyncClient]:
+    """Serve `app` with uvicorn on 127.0.0.1 and yield a client bound to it.
+
+    Tests that may provoke a 500 assert only after this exits: uvicorn's thread logs the traceback after
+    sending the response, and on Python 3.11 formatting it concurrently with pytest's own traceback
+    rendering can trip CPython's shared AST recursion counter (an INTERNALERROR)."""
+    server = LoopbackServer(app)
+    url = await asyncio.to_thread(server.start)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+            yield client
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+@pytest.fixture
+async def api(databases) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the real API (all mechanisms on) over the test's queue database."""
+    async with serve(create_api_app(databases.queue_url)) as client:
+        yield client
+
+
+async def fetch_one(url: str, query: str, params: tuple = ()) -> tuple | None:
+    """One row read on a brand-new connection: what any other process would see right now."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(query, params)
+        return await cur.fetchone()
+
+
+async def row_visible(queue_url: str, job_id: str | uuid.UUID) -> bool:
+    return await fetch_one(queue_url, "SELECT 1 FROM jobs WHERE id = %s", (uuid.UUID(str(job_id)),)) is not None
+
+
+async def stored_rows(queue_url: str) -> tuple[int, int]:
+    """(jobs, job_events) row counts."""
+    row = await fetch_one(queue_url, "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_events)")
+    return row[0], row[1]
+
+
+async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str,
+                     timeout: float = DEADLINE_SECONDS) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await _holds(condition):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def _holds(condition: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = condition()
+    return bool(await result) if inspect.isawaitable(result) else bool(result)
+
+
+async def submit(client: httpx.AsyncClient, amount_cents: int = 1250, **fields: Any) -> dict[str, Any]:
+    response = await client.post("/v1/jobs", json={"amount_cents": amount_cents, **fields})
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+async def make_dead(make_queue, job_id: str, error: str = "card rejected: do not honor") -> None:
+    """Claim the job with the queue and finalize it as DEAD, as a worker giving up would."""
+    queue = make_queue()
+    claimed = await queue.claim(1, "test-worker", 30.0)
+    assert [str(job.id) for job in claimed] == [job_id]
+    assert await queue.dead(claimed[0], error)
+
+
+# -- acknowledgement and durability -------------------------------------------------------------
+
+
+async def test_202_means_the_job_is_already_visible_from_another_connection(api, databases):
+    """With commit_before_ack, every 202 is sent only once another connection can already see the row."""
+    for amount in range(1, 11):
+        response = await api.post("/v1/jobs", json={"amount_cents": amount})
+        assert response.status_code == 202, response.text
+        # A separate connection, opened after the response: no waiting, no polling.
+        assert await row_visible(databases.queue_url, response.json()["id"])
+    assert await stored_rows(databases.queue_url) == (10, 10)
+
+
+async def test_202_body_carries_id_status_and_stable_idempotency_key(api, databases):
+    """The 202 body names the job, says PENDING, and gives the key the stored row carries."""
+    accepted = await submit(api, 4200, currency="EUR", description="order 17", max_attempts=3)
+    job_id = uuid.UUID(accepted["id"])
+    assert accepted["status"] == "PENDING"
+    assert accepted["idempotency_key"] == f"reliableq:charge:{job_id}"
+    row = await fetch_one(databases.queue_url,
+                          "SELECT status, idempotency_key, payload, max_attempts FROM jobs WHERE id = %s", (job_id,))
+    assert row == ("PENDING", accepted["idempotency_key"],
+                   {"amount_cents": 4200, "currency": "EUR", "description": "order 17"}, 3)
+
+
+async def test_ack_before_commit_acknowledges_a_job_nobody_can_see(databases):
+    """Without commit_before_ack, a client holds a 202 for a row that is not stored until the API moves on."""
+    release = asyncio.Event()
+    server_loops: list[asyncio.AbstractEventLoop] = []
+
+    def note_server_loop(job_id: Any) -> bool:
+        # Called in the API server's own thread and loop; the event must be set from that loop.
+        server_loops.append(asyncio.get_running_loop())
+        return True
+
+    plan = FaultPlan()
+    plan.arm_pause("after_ack_before_commit", until=release, job_filter=note_server_loop)
+    async with local_system(Mechanisms().without("commit_before_ack"), api_faults=plan,
+                            databases=databases) as system:
+        try:
+            response = await system.http.post(f"{system.api_url}/v1/jobs", json={"amount_cents": 1250})
+            assert response.status_code == 202
+            job_id = response.json()["id"]
+            assert not await row_visible(databases.queue_url, job_id)
+            assert (await system.http.get(f"{system.api_url}/v1/jobs/{job_id}")).status_code == 404
+            await eventually(lambda: bool(server_loops), "the API to pause at after_ack_before_commit")
+            assert not await row_visible(databases.queue_url, job_id)
+        finally:
+            if server_loops:
+                server_loops[0].call_soon_threadsafe(release.set)
+        await eventually(lambda: row_visible(databases.queue_url, job_id), f"job {job_id} to be stored")
+        assert (await system.http.get(f"{system.api_url}/v1/jobs/{job_id}")).status_code == 200
+
+
+async def test_crash_between_ack_and_commit_loses_an_acknowledged_job(databases):
+    """Without commit_before_ack, a crash after the 202 and before the insert loses a job the client was promised."""
+    plan = FaultPlan()
+    plan.arm_crash("after_ack_before_commit")  # only the first job crashes
+    async with local_system(Mechanisms().without("commit_before_ack"), api_faults=plan,
+                            databases=databases) as system:
+        lost = await system.submit_http(1250)  # 202 received
+        await eventually(lambda: bool(plan.triggered), "the simulated crash")
+        [crash] = plan.triggered
+        assert (crash.point, crash.action, crash.job_id) == ("after_ack_before_commit", "crash", lost)
+        # A follow-up job goes through the same path after the crash and is stored...
+        kept = await system.submit_http(990)
+        await eventually(lambda: row_visible(databases.queue_url, kept), "the follow-up job to be stored")
+        # ...while the acknowledged one never is.
+        assert not await row_visible(databases.queue_url, lost)
+        assert (await system.http.get(f"{system.api_url}/v1/jobs/{lost}")).status_code == 404
+        assert await stored_rows(databases.queue_url) == (1, 1)
+
+
+# -- validation -------------------------------------------------------------------------------
+
+_OVERSIZE = {"amount_cents": 1250, "description": "x" * (MAX_PAYLOAD_BYTES + 1)}
+_NESTED = b"[" * 5000 + b"]" * 5000
+
+BAD_SUBMISSIONS = [
+    pytest.param(b'{"amount_cents": ', 400, "invalid JSON", id="invalid-json"),
+    pytest.param(b'{"amount_cents": "\xff"}', 400, "invalid JSON", id="not-utf8"),
+    pytest.param(b"", 400, "invalid JSON", id="empty-body"),
+    pytest.param([{"amount_cents": 1250}], 422, "JSON object", id="json-array"),
+    pytest.param(1250, 422, "JSON object", id="json-number"),
+    pytest.param({"amount_cents": "1250"}, 422, "amount_cents", id="amount-string"),
+    pytest.param({"amount_cents": 12.5}, 422, "amount_cents", id="amount-float"),
+    pytest.param({"amount_cents": 1250.0}, 422, "amount_cents", id="amount-integral-float"),
+    pytest.param({"amount_cents": True}, 422, "amount_cents", id="amount-true"),
+    pytest.param({"amount_cents": None}, 422, "amount_cents", id="amount-null"),
+    pytest.param({"currency": "USD"}, 422, "amount_cents", id="amount-missing"),
+    pytest.param({"amount_cents": 0}, 422, "amount_cents", id="amount-zero"),
+    pytest.param({"amount_cents": -5}, 422, "amount_cents", id="amount-negative"),
+    pytest.param({"amount_cents": 10**13}, 422, "amount_cents", id="amount-too-large"),
+    pytest.param({"amount_cents": 1250, "colour": "red"}, 422, "colour", id="unknown-field"),
+    pytest.param({"amount_cents": 1250, "currency": "usd"}, 422, "currency", id="currency-lowercase"),
+    pytest.param({"amount_cents": 1250, "currency": "EURO"}, 422, "currency", id="currency-four-letters"),
+    pytest.param({"amount_cents": 1250, "currency": 840}, 422, "currency", id="currency-number"),
+    pytest.param({"amount_cents": 1250, "description": 7}, 422, "description", id="description-number"),
+    pytest.param({"amount_cents": 1250, "description": "x" * 201}, 422, "description", id="description-too-long"),
+    pytest.param({"amount_cents": 1250, "max_attempts": 0}, 422, "max_attempts", id="max-attempts-zero"),
+    pytest.param({"amount_cents": 1250, "max_attempts": "3"}, 422, "max_attempts", id="max-attempts-string"),
+    pytest.param(_OVERSIZE, 413, f"{MAX_PAYLOAD_BYTES} bytes", id="oversize"),
+    # Inputs the API currently answers with 500 (see the report): they must be refused as bad input.
+    pytest.param({"amount_cents": 1250, "description": "a\u0000b"}, 422, "description", id="description-nul"),
+    pytest.param({"amount_cents": 1250, "description": "\ud800"}, 422, "description", id="description-surrogate"),
+    pytest.param(_NESTED, 400, "JSON", id="deeply-nested-json"),
+]
+
+
+@pytest.mark.parametrize(("body", "status_code", "mentions"), BAD_SUBMISSIONS)
+async def test_bad_submission_is_refused_with_a_clear_4xx_and_stores_nothing(databases, body, status_code, mentions):
+    """Each kind of bad submission gets its 4xx, an error naming what is wrong, and no stored row."""
+    # json.dumps escapes NUL and lone surrogates (\\u0000, \\ud800), as any JSON client may send them.
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    # The server is stopped before asserting, so a 500's traceback is logged by then (see serve()).
+    async with serve(create_api_app(databases.queue_url)) as api:
+        response = await api.post("/v1/jobs", content=content, headers={"Content-Type": "application/json"})
+    assert response.status_code == status_code, response.text
+    error = response.json()["error"]
+    assert mentions in error
+    assert "\n" not in error
+    assert await stored_rows(databases.queue_url) == (0, 0)
+
+
+async def test_oversize_body_without_content_length_is_refused(api, databases):
+    """A chunked body over 16 KiB (no Content-Length to check up front) is still refused with 413."""
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"amount_cents": 1250, "description": "'
+        for _ in range(MAX_PAYLOAD_BYTES // 1024 + 1):
+            yield b"x" * 1024
+        yield b'"}'
+
+    response = await api.post("/v1/jobs", content=chunks(), headers={"Content-Type": "application/json"})
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 413
+    assert f"{MAX_PAYLOAD_BYTES} bytes" in response.json()["error"]
+    assert await stored_rows(databases.queue_url) == (0, 0)
+
+
+async def test_body_of_exactly_the_limit_is_accepted(api, databases):
+    """The limit is inclusive: a valid body of exactly 16 KiB is accepted."""
+    head, tail = b'{"amount_cents": 1250, "max_attempts": 2, "colour": "', b'"}'
+    body = head + b"x" * (MAX_PAYLOAD_BYTES - len(head) - len(tail)) + tail
+    assert len(body) == MAX_PAYLOAD_BYTES
+    response = await api.post("/v1/jobs", content=body, headers={"Content-Type": "application/json"})
+    # Not 413: the size is allowed, so what is refused is the unknown field.
+    assert response.status_code == 422
+    assert "colour" in response.json()["error"]
+
+
+# -- inspection ---------------------------------------------------------------------------------
+
+
+async def test_get_job_shows_its_attempts_and_events(api, make_queue):
+    """GET /v1/jobs/{id} returns the job with its claims (attempts) and its lifecycle events."""
+    job_id = (await submit(api, 777))["id"]
+    before = (await api.get(f"/v1/jobs/{job_id}")).json()
+    assert before["status"] == "PENDING"
+    assert before["attempts"] == []
+    assert [event["event"] for event in before["events"]] == ["submitted"]
+
+    claimed = await make_queue().claim(1, "inspect-worker", 30.0)
+    assert [str(job.id) for job in claimed] == [job_id]
+
+    response = await api.get(f"/v1/jobs/{job_id}")
+    assert response.status_code == 200
+    shown = response.json()
+    assert shown["id"] == job_id
+    assert shown["status"] == "RUNNING"
+    assert shown["payload"] == {"amount_cents": 777, "currency": "USD"}
+    assert isinstance(shown["attempts"], list) and isinstance(shown["events"], list)
+    [attempt] = shown["attempts"]
+    assert attempt["attempt"] == 1
+    assert attempt["worker_id"] == "inspect-worker"
+    assert attempt["lease_token"] == str(claimed[0].lease_token)
+    assert attempt["outcome"] is None
+    assert [event["event"] for event in shown["events"]] == ["submitted"]
+
+
+async def test_get_unknown_job_is_404(api):
+    """An id that is a UUID but no job gets 404 naming the id."""
+    unknown = uuid.uuid4()
+    response = await api.get(f"/v1/jobs/{unknown}")
+    assert response.status_code == 404
+    assert str(unknown) in response.json()["error"]
+
+
+@pytest.mark.parametrize("raw_id", ["not-a-uuid", "12345", "0f0f"])
+async def test_get_non_uuid_job_id_is_400(api, raw_id):
+    """An id that is not a UUID gets 400, not a database error."""
+    response = await api.get(f"/v1/jobs/{raw_id}")
+    assert response.status_code == 400
+    assert raw_id in response.json()["error"]
+
+
+async def test_list_by_status_dead_lists_only_dead_jobs(api, make_queue):
+    """GET /v1/jobs?status=DEAD returns the DEAD jobs only, whatever else is queued."""
+    dead_id = (await submit(api, 100))["id"]
+    await make_dead(make_queue, dead_id)
+    pending_ids = {(await submit(api, 200))["id"], (await submit(api, 300))["id"]}
+
+    for status in ("DEAD", "dead"):
+        response = await api.get("/v1/jobs", params={"status": status})
+        assert response.status_code == 200
+        listed = response.json()
+        assert [job["id"] for job in listed["jobs"]] == [dead_id]
+        assert listed["jobs"][0]["status"] == "DEAD"
+        assert listed["jobs"][0]["last_error"] == "card rejected: do not honor"
+        assert listed["counts"] == {"PENDING": 2, "RUNNING": 0, "SUCCEEDED": 0, "DEAD": 1}
+
+    everything = (await api.get("/v1/jobs")).json()["jobs"]
+    assert {job["id"] for job in everything} == pending_ids | {dead_id}
+    pending = (await api.get("/v1/jobs", params={"status": "PENDING"})).json()["jobs"]
+    assert {job["id"] for job in pending} == pending_ids
+
+
+@pytest.mark.parametrize("params", [{"status": "FAILED"}, {"status": ""}, {"limit": 0}, {"limit": 1001}])
+async def test_list_with_unknown_status_or_bad_limit_is_400(api, params):
+    """An unknown status or an out-of-range limit gets 400 naming the parameter."""
+    response = await api.get("/v1/jobs", params=params)
+    assert response.status_code == 400
+    assert next(iter(params)) in response.json()["error"]
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+async def test_replay_of_a_dead_job_requeues_it_with_the_same_identity(api, make_queue):
+    """Replaying a DEAD job makes it PENDING again with the same id and key, and records a 'replayed' event."""
+    accepted = await submit(api, 4321)
+    job_id = accepted["id"]
+    await make_dead(make_queue, job_id, "declined: amount over limit")
+
+    response = await api.post(f"/v1/jobs/{job_id}/replay")
+    assert response.status_code == 200, response.text
+    replayed = response.json()
+    assert replayed["id"] == job_id
+    assert replayed["idempotency_key"] == accepted["idempotency_key"]
+    assert replayed["status"] == "PENDING"
+    assert replayed["attempts"] == 1
+    assert replayed["max_attempts"] == 1 + 5  # attempts so far plus the default replay budget
+    assert replayed["last_error"] is None
+    assert replayed["finalized_at"] is None
+
+    shown = (await api.get(f"/v1/jobs/{job_id}")).json()
+    assert shown["status"] == "PENDING"
+    assert [event["event"] for event in shown["events"]] == ["submitted", "replayed"]
+    assert shown["events"][-1]["detail"] == "declined: amount over limit"
+    assert [attempt["outcome"] for attempt in shown["attempts"]] == ["dead"]
+
+    # It is due again, under the same key the charge service deduplicates on.
+    [again] = await make_queue().claim(1, "after-replay", 30.0)
+    assert str(again.id) == job_id
+    assert again.idempotency_key == accepted["idempotency_key"]
+    assert again.attempts == 2
+
+
+async def test_replay_with_an_explicit_budget(api, make_queue):
+    """?budget=N grants N more attempts on top of the ones already made."""
+    job_id = (await submit(api))["id"]
+    await make_dead(make_queue, job_id)
+    response = await api.post(f"/v1/jobs/{job_id}/replay", params={"budget": 2})
+    assert response.status_code == 200
+    assert response.json()["max_attempts"] == 3
+
+
+async def test_replay_of_a_job_that_is_not_dead_is_409(api, make_queue):
+    """PENDING and RUNNING jobs cannot be replayed: 409 naming the status, and the job is unchanged."""
+    pending_id = (await submit(api))["id"]
+    response = await api.post(f"/v1/jobs/{pending_id}/replay")
+    assert response.status_code == 409
+    assert "PENDING" in response.json()["error"]
+
+    await make_queue().claim(1, "busy-worker", 30.0)
+    response = await api.post(f"/v1/jobs/{pending_id}/replay")
+    assert response.status_code == 409
+    assert "RUNNING" in response.json()["error"]
+    shown = (await api.get(f"/v1/jobs/{pending_id}")).json()
+    assert shown["status"] == "RUNNING"
+    assert [event["event"] for event in shown["events"]] == ["submitted"]
+
+
+async def test_replay_of_an_unknown_job_is_404(api):
+    """Replaying a job that does not exist gets 404."""
+    response = await api.post(f"/v1/jobs/{uuid.uuid4()}/replay")
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(("path", "params"), [("not-a-uuid", {}), ("{job}", {"budget": 0}), ("{job}", {"budget": 101})])
+async def test_replay_with_bad_id_or_budget_is_400(api, make_queue, path, params):
+    """A non-UUID id or a budget outside 1..100 gets 400, and a DEAD job stays DEAD."""
+    job_id = (await submit(api))["id"]
+    await make_dead(make_queue, job_id)
+    response = await api.post(f"/v1/jobs/{path.format(job=job_id)}/replay", params=params)
+    assert response.status_code == 400
+    assert (await api.get(f"/v1/jobs/{job_id}")).json()["status"] == "DEAD"
+
+
+# -- health ---------------------------------------------------------------------------------------
+
+
+async def test_healthz_is_200_when_the_database_answers(api):
+    """/healthz answers 200 with the mechanisms in force."""
+    response = await api.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "mechanisms": "all mechanisms on"}
+
+
+# -- bearer token ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def guarded_api(databases) -> AsyncIterator[httpx.AsyncClient]:
+    """The API requiring the bearer token s3cret."""
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as client:
+        yield client
+
+
+@pytest.mark.parametrize("authorization", [
+    pytest.param(None, id="missing"),
+    pytest.param("Bearer wrong", id="wrong-token"),
+    pytest.param("s3cret", id="no-scheme"),
+    pytest.param("Basic s3cret", id="other-scheme"),
+    pytest.param("Bearer s3cret2", id="longer-token"),
+    pytest.param("Bearer", id="empty-token"),
+    # Currently a 500 (see the report): compare_digest refuses non-ASCII str.
+    pytest.param(b"Bearer s\xe9cret", id="non-ascii-token"),
+])
+async def test_missing_or_wrong_token_is_401_and_stores_nothing(databases, authorization):
+    """Without the right bearer token every /v1 route answers 401 and nothing is stored."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    answers = []
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as api:
+        for method, path in (("POST", "/v1/jobs"), ("GET", "/v1/jobs"), ("GET", f"/v1/jobs/{uuid.uuid4()}"),
+                             ("POST", f"/v1/jobs/{uuid.uuid4()}/replay")):
+            response = await api.request(method, path, json={"amount_cents": 1250}, headers=headers)
+            answers.append((method, path, response.status_code, response.text))
+    # Asserted once the server has stopped, so a 500's traceback is logged by then (see serve()).
+    for method, path, status_code, text in answers:
+        assert status_code == 401, (method, path, text)
+        assert "token" in json.loads(text)["error"]
+    assert await stored_rows(databases.queue_url) == (0, 0)
+
+
+async def test_right_token_is_accepted_and_healthz_stays_open(guarded_api, databases):
+    """With "Authorization: Bearer s3cret" submissions are accepted; /healthz needs no token."""
+    headers = {"Authorization": "Bearer s3cret"}
+    response = await guarded_api.post("/v1/jobs", json={"amount_cents": 1250}, headers=headers)
+    assert response.status_code == 202
+    assert await row_visible(databases.queue_url, response.json()["id"])
+    assert (await guarded_api.get("/v1/jobs", headers=headers)).status_code == 200
+    assert (await guarded_api.get("/healthz")).status_code == 200
