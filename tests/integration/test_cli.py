@@ -1,0 +1,151 @@
+"""The `reliableq` command as a person runs it: a subprocess, its exit code, stdout and stderr.
+
+Errors must be one line on stderr and a non-zero exit, never a traceback; the operator commands work
+against the databases DATABASE_URL and CHARGE_DATABASE_URL name."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from reliableq import db
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
+
+
+def reliableq(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reliableq", *args], env=os.environ | (env or {}),
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def database_env(databases: db.Databases) -> dict[str, str]:
+    return {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, exit_code: int | None = None) -> str:
+    """The command failed with exactly one line saying `error` on stderr and no traceback; returns it."""
+    shown = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode != 0, shown
+    if exit_code is not None:
+        assert result.returncode == exit_code, shown
+    assert "Traceback" not in result.stderr, shown
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, shown
+    return errors[0]
+
+
+# -- the demo --------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_demo_shows_one_charge_for_two_runs():
+    """`reliableq demo` crashes a worker after its charge and recovers: A=2 H=2 C=1 F=1."""
+    result = reliableq("demo")
+    assert result.returncode == 0, result.stderr
+    assert "A=2 H=2 C=1 F=1" in result.stdout, result.stdout
+    assert "the guarantee held" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_without_idempotency_shows_two_charges():
+    """`reliableq demo --off idempotency` shows the same crash charging the job twice."""
+    result = reliableq("demo", "--off", "idempotency")
+    assert result.returncode == 0, result.stderr
+    assert "C=2" in result.stdout, result.stdout
+    assert "the guarantee broke" in result.stdout
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["frobnicate"], id="unknown-subcommand"),
+    pytest.param(["demo", "--off", "bogus"], id="unknown-mechanism"),
+    pytest.param(["worker", "--concurrency", "0"], id="zero-concurrency"),
+    pytest.param(["replay", "not-a-uuid"], id="replay-not-a-uuid"),
+    pytest.param(["submit", "--amount", "-5"], id="negative-amount"),
+    pytest.param(["worker", "--grace", "-1"], id="negative-grace"),
+    pytest.param(["worker", "--lease", "nan"], id="nan-lease"),
+])
+def test_bad_arguments_fail_with_one_line(args):
+    """Bad arguments exit non-zero with one `error` line on stderr and no traceback."""
+    # An unreachable database: none of these may get as far as connecting.
+    result = reliableq(*args, env={"DATABASE_URL": UNREACHABLE})
+    line = assert_one_line_error(result, exit_code=2)
+    assert line.startswith("reliableq")
+
+
+def test_unreachable_database_fails_with_one_clear_line():
+    """`reliableq jobs` against an unreachable database exits 1 with one line naming the problem."""
+    result = reliableq("jobs", env={"DATABASE_URL": UNREACHABLE})
+    line = assert_one_line_error(result, exit_code=1)
+    assert "cannot connect to PostgreSQL" in line
+    assert "DATABASE_URL" in line
+    assert result.stdout == ""
+
+
+# -- operating the queue --------------------------------------------------------------------------
+
+def test_submit_then_show_the_job(databases):
+    """`submit` prints the new job's id and `jobs show ID` prints it as JSON with its history."""
+    env = database_env(databases)
+    submitted = reliableq("submit", "--amount", "1250", "--max-attempts", "3", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = uuid.UUID(submitted.stdout.strip())
+
+    shown = reliableq("jobs", "show", str(job_id), env=env)
+    assert shown.returncode == 0, shown.stderr
+    job = json.loads(shown.stdout)
+    assert job["id"] == str(job_id)
+    assert job["status"] == "PENDING"
+    assert job["payload"] == {"amount_cents": 1250, "currency": "USD"}
+    assert job["max_attempts"] == 3
+    assert job["idempotency_key"] == f"reliableq:charge:{job_id}"
+    assert job["attempts"] == []
+    assert [e["event"] for e in job["events"]] == ["submitted"]
+
+    listed = reliableq("jobs", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "PENDING=1" in listed.stdout
+    assert str(job_id) in listed.stdout
+
+
+def test_show_unknown_job_fails_with_one_line(databases):
+    """`jobs show` of an id that does not exist exits 2 with one line naming the id."""
+    missing = uuid.uuid4()
+    result = reliableq("jobs", "show", str(missing), env=database_env(databases))
+    line = assert_one_line_error(result, exit_code=2)
+    assert str(missing) in line
+
+
+def test_replay_refuses_a_job_that_is_not_dead(databases):
+    """`replay ID` of a PENDING job exits 2, says only DEAD jobs can be replayed, and changes nothing."""
+    env = database_env(databases)
+    submitted = reliableq("submit", "--amount", "1250", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+
+    result = reliableq("replay", job_id, env=env)
+    line = assert_one_line_error(result, exit_code=2)
+    assert "PENDING" in line
+    assert "only DEAD jobs can be replayed" in line
+    assert json.loads(reliableq("jobs", "show", job_id, env=env).stdout)["events"][-1]["event"] == "submitted"
+
+
+async def test_replay_sends_a_dead_job_back_to_pending(databases, make_queue, submission):
+    """`replay ID` of a DEAD job puts it back to PENDING with the same key and a fresh budget."""
+    queue = make_queue()
+    job = await queue.submit(submission(max_attempts=1))
+    (claimed,) = await queue.claim(1, "test-worker", 5.0)
+    assert await queue.dead(claimed, "permanent failure: card rejected")
+
+    result = reliableq("replay", str(job.id), "--budget", "2", env=database_env(databases))
+    assert result.returncode == 0, result.stderr
+    assert f"replayed {job.id}" in result.stdout
+    replayed = await queue.get(job.id)
+    assert replayed.status == "PENDING"
+    assert replayed.max_attempts == replayed.attempts + 2
+    assert replayed.idempotency_key == job.idempotency_key
