@@ -14,8 +14,14 @@ Layout (one noun per module):
     servers   ASGI apps on loopback in a background thread
     harness   a whole system for one experiment on scratch databases
     ledger    A/H/C/F per job, read from PostgreSQL
-    demo      `reliableq demo`: crash after the charge, recover, count
+    timeline  an experiment's events (claims, expiries, finalizes, charges, crashes) for charts
+    invariants the safety invariants, checked directly in PostgreSQL
+    lab       what the stages share: scenario parameters and results, compare off/on
+    chaos     the seeded chaos suite and its invariant report
+    demo      `reliableq demo`: crash after the charge (in-process, kill9, pause), recover, count
     cli       the `reliableq` command
+
+The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism.
 
 What the full system guarantees: an acknowledged job is durable; it may run more than once, but it
 commits one charge and is finalized once. What it does not: that a handler runs exactly once.

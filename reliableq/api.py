@@ -58,10 +58,13 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     app = FastAPI(title="ReliableQ API", lifespan=lifespan)
 
     if api_token:
+        expected = f"Bearer {api_token}".encode()
+
         @app.middleware("http")
         async def require_token(request: Request, call_next):
-            supplied = request.headers.get("Authorization", "")
-            if request.url.path != "/healthz" and not secrets.compare_digest(supplied, f"Bearer {api_token}"):
+            # Bytes, not str: compare_digest refuses non-ASCII strings, and a stranger's header may hold any.
+            supplied = request.headers.get("Authorization", "").encode("utf-8", "replace")
+            if request.url.path != "/healthz" and not secrets.compare_digest(supplied, expected):
                 return _error(401, "missing or wrong bearer token")
             return await call_next(request)
 
@@ -80,6 +83,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             submission = parse_submission(json.loads(body))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             return _error(400, f"invalid JSON: {error}")
+        except RecursionError:
+            return _error(400, "invalid JSON: nested too deeply")
         except InvalidSubmission as error:
             return _error(422, str(error))
         job_id = uuid.uuid4()

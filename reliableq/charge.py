@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import uuid
 from collections import Counter
 from contextlib import asynccontextmanager
@@ -30,6 +31,7 @@ from psycopg.rows import dict_row
 from reliableq import db, sql
 
 KEY_PREFIX = "reliableq:charge:"
+_CURRENCY = re.compile(r"[A-Z]{3}")
 _Q = sql.queries("charge")
 
 
@@ -97,7 +99,7 @@ def _parse_charge(body: Any) -> dict[str, Any]:
     if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
         raise ValueError("amount_cents must be a positive integer")
     currency = body.get("currency")
-    if not isinstance(currency, str) or len(currency) != 3:
+    if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
         raise ValueError("currency must be a three-letter code")
     return {"job_id": str(job_id), "amount_cents": amount, "currency": currency,
             "description": body.get("description")}
@@ -137,15 +139,19 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
         key = request.headers.get("Idempotency-Key")
         try:
             charge = _parse_charge(await request.json())
-        except (ValueError, TypeError) as error:
-            return answer(400, {"error": f"invalid charge request: {error}"})
+        except (ValueError, TypeError, RecursionError) as error:
+            async with app.state.pool.connection() as conn:
+                await log_request(conn, None, key, "invalid", 400)
+            return answer(400, {"error": f"invalid charge request: {type(error).__name__}: {error}"[:300]})
         stats.in_flight += 1
         stats.in_flight_peak = max(stats.in_flight_peak, stats.in_flight)
+        # Decided before any await, so requests still waiting for a connection do not count.
+        over_capacity = faults.capacity is not None and stats.in_flight > faults.capacity
         try:
             nth = stats.requests_by_job[charge["job_id"]]
             stats.requests_by_job[charge["job_id"]] += 1
             async with app.state.pool.connection() as conn:
-                if faults.capacity is not None and stats.in_flight > faults.capacity:
+                if over_capacity:
                     await log_request(conn, charge, key, "overloaded", 503)
                     return answer(503, {"error": "charge service over capacity, retry later"})
                 fault = faults.draw(charge["job_id"], nth)

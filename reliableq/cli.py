@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -44,8 +45,15 @@ def _add_mechanism_option(parser: argparse.ArgumentParser) -> None:
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
     return value
 
 
@@ -117,6 +125,7 @@ def _serve(app, host: str, port: int) -> int:
 
 def cmd_api(args: argparse.Namespace) -> int:
     from reliableq.api import create_api_app
+    _mechanisms(args)
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
@@ -138,6 +147,7 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    _mechanisms(args)  # bad switches are a usage error, reported before touching the database
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
                               charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
                               backoff_seed=args.seed, worker_id=args.worker_id)
@@ -255,6 +265,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stage(args: argparse.Namespace) -> int:
+    import stages
+    from reliableq import lab
+    try:
+        stage = stages.get(args.name)
+    except LookupError as error:
+        raise UsageError(str(error)) from None
+    params = lab.ScenarioParams(seed=args.seed)
+    runs = [False, True] if args.mode == "compare" else [args.mode == "on"]
+    print(f"stage {stage.NAME}: {stage.FAILURE}\ninvariant: {stage.INVARIANT}")
+    for on in runs:
+        result = asyncio.run(stage.scenario(on, params))
+        print(f"\n--- {stage.MECHANISM or 'nothing'} {'on' if on else 'off'} ---\n{result.summary()}")
+        for row in result.rows():
+            print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     from reliableq.chaos import ChaosConfig, run_chaos
     config = ChaosConfig(seed=args.seed, jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,
@@ -289,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("charge-service", help="serve the charge service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8001)
-    p.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
+    p.add_argument("--latency", type=_non_negative_float, default=0.0, help="seconds added to every request")
     p.add_argument("--transient-rate", type=_rate, default=0.0, help="share of requests answered 503")
     p.add_argument("--timeout-rate", type=_rate, default=0.0, help="share of requests left hanging")
     p.add_argument("--permanent-rate", type=_rate, default=0.0, help="share of requests answered 422")
@@ -304,7 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=_positive_float, default=30.0, help="lease length in seconds")
     p.add_argument("--poll", type=_positive_float, default=0.2, help="idle poll interval in seconds")
     p.add_argument("--charge-timeout", type=_positive_float, default=5.0, help="seconds to wait for the charge service")
-    p.add_argument("--grace", type=float, default=10.0, help="seconds in-flight work may finish after SIGTERM")
+    p.add_argument("--grace", type=_non_negative_float, default=10.0,
+                   help="seconds in-flight work may finish after SIGTERM")
     p.add_argument("--seed", type=int, help="seed of the backoff jitter")
     p.add_argument("--worker-id", help="name of this worker (default: host-pid-n)")
     p.add_argument("--crash-at", choices=CRASH_POINTS[:3], help="SIGKILL this process the first time it gets there")
@@ -337,6 +366,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=_positive_float, help="lease seconds (kill9: 2, pause: 1)")
     _add_mechanism_option(p)
     p.set_defaults(run=cmd_demo)
+
+    p = sub.add_parser("stage", help="run one stage's scenario with its mechanism off, on, or both")
+    p.add_argument("name", help="naive, commit-before-ack, skip-locked, leases, fencing, idempotency, backoff, "
+                                "dead or semaphore")
+    p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=cmd_stage)
 
     p = sub.add_parser("chaos", help="seeded crashes, pauses and failures; then check the invariants")
     p.add_argument("--seed", type=int, default=0)

@@ -78,7 +78,7 @@ class WorkerSettings:
             raise ValueError("concurrency must be at least 1")
         for name in ("lease_seconds", "poll_seconds", "charge_timeout_seconds",
                      "backoff_base_seconds", "backoff_max_seconds"):
-            if getattr(self, name) <= 0:
+            if not getattr(self, name) > 0:  # written so that NaN fails too
                 raise ValueError(f"{name} must be positive")
         if self.shutdown_grace_seconds < 0:
             raise ValueError("shutdown_grace_seconds must not be negative")

@@ -39,6 +39,15 @@ def _positive_int(value: Any, name: str, limit: int) -> int:
     return value
 
 
+def _encodable(text: str) -> bool:
+    # Lone surrogates decode from JSON escapes but cannot be stored as UTF-8.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_submission(data: Any) -> Submission:
     """Check a decoded JSON body and return the submission, or raise InvalidSubmission."""
     if not isinstance(data, dict):
@@ -57,6 +66,8 @@ def parse_submission(data: Any) -> Submission:
         description = data["description"]
         if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
             raise InvalidSubmission(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters")
+        if "\x00" in description or not _encodable(description):
+            raise InvalidSubmission("description must be valid UTF-8 text without NUL characters")
         payload["description"] = description
     max_attempts = DEFAULT_MAX_ATTEMPTS
     if "max_attempts" in data:

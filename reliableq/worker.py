@@ -153,6 +153,7 @@ class Worker:
         finally:
             if renewer:
                 renewer.cancel()
+                await asyncio.gather(renewer, return_exceptions=True)
         await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
         await self._finalize(job, outcome)
 
@@ -161,7 +162,13 @@ class Worker:
         interval = self.settings.lease_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            if not await self.queue.renew(job, self.settings.lease_seconds):
+            try:
+                won = await self.queue.renew(job, self.settings.lease_seconds)
+            except (psycopg.Error, PoolTimeout) as error:
+                # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
+                log.warning("worker %s could not renew job %s: %s", self.worker_id, job.id, error)
+                continue
+            if not won:
                 self.stats.lost_renewals += 1
                 log.warning("worker %s lost the lease of job %s", self.worker_id, job.id)
                 return

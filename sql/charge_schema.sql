@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS charge_requests (
     received_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
     job_id           uuid,
     idempotency_key  text,
-    -- created | replayed | conflict | declined | injected_503 | injected_422 | injected_lost_response
+    -- created | replayed | conflict | declined | invalid | overloaded
+    -- | injected_503 | injected_422 | injected_timeout (a lost response logs `created`: the charge exists)
     outcome          text NOT NULL,
     status_code      integer NOT NULL,
     charge_id        uuid
