@@ -20,6 +20,7 @@ import pytest
 from reliableq import db
 from reliableq.charge import ChargeFaults, create_charge_app
 from reliableq.ledger import job_counts
+from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
 from reliableq.servers import LoopbackServer
 
@@ -86,34 +87,12 @@ async def the_counts(databases: db.Databases):
     return counts
 
 
-async def test_sigterm_lets_the_in_flight_charge_finish(databases, make_queue, submission, tmp_path):
-    """SIGTERM during a 1 s charge: the worker finishes it within the grace, exits 0, job charged once."""
-    queue = make_queue()
-    job = await queue.submit(submission())
-    async with charge_service(databases, ChargeFaults(latency_seconds=1.0)) as charge_url:
+async def sigterm_during_charge(databases, queue: Queue, tmp_path: Path, latency: float, grace: str):
+    """One job, a worker process in the middle of its charge, then SIGTERM; returns what followed."""
+    job = await queue.submit(Submission(payload={"amount_cents": 1250, "currency": "USD"}))
+    async with charge_service(databases, ChargeFaults(latency_seconds=latency)) as charge_url:
         worker = WorkerProcess(databases, tmp_path, "--charge-url", charge_url,
-                               "--lease", "5", "--grace", "10", "--poll", "0.05")
-        try:
-            await wait_running(queue, job.id, worker)
-            worker.process.send_signal(signal.SIGTERM)
-            returncode = await worker.wait(20)
-        finally:
-            worker.kill()
-    assert returncode == 0, worker.output()
-    assert (await queue.get(job.id)).status == "SUCCEEDED"
-    counts = await the_counts(databases)
-    assert (counts.attempts, counts.charges, counts.finalizations) == (1, 1, 1), counts.short()
-    assert '"abandoned": 0' in worker.stdout_path.read_text()
-    assert "Traceback" not in worker.stderr_path.read_text()
-
-
-async def test_sigterm_past_grace_leaves_the_job_to_its_lease(databases, make_queue, submission, tmp_path):
-    """SIGTERM with a 0.1 s grace during a 3 s charge: the worker exits without marking the job SUCCEEDED."""
-    queue = make_queue()
-    job = await queue.submit(submission())
-    async with charge_service(databases, ChargeFaults(latency_seconds=3.0)) as charge_url:
-        worker = WorkerProcess(databases, tmp_path, "--charge-url", charge_url,
-                               "--lease", "5", "--grace", "0.1", "--poll", "0.05")
+                               "--lease", "5", "--grace", grace, "--poll", "0.05")
         try:
             await wait_running(queue, job.id, worker)
             worker.process.send_signal(signal.SIGTERM)
@@ -122,6 +101,23 @@ async def test_sigterm_past_grace_leaves_the_job_to_its_lease(databases, make_qu
             worker.kill()
         after = await queue.get(job.id)
         now = await queue.database_now()
+    return returncode, worker, after, now
+
+
+async def test_sigterm_lets_the_in_flight_charge_finish(databases, make_queue, tmp_path):
+    """SIGTERM during a 1 s charge: the worker finishes it within the grace, exits 0, job charged once."""
+    returncode, worker, after, _ = await sigterm_during_charge(databases, make_queue(), tmp_path, 1.0, "10")
+    assert returncode == 0, worker.output()
+    assert after.status == "SUCCEEDED"
+    counts = await the_counts(databases)
+    assert (counts.attempts, counts.charges, counts.finalizations) == (1, 1, 1), counts.short()
+    assert '"abandoned": 0' in worker.stdout_path.read_text()
+    assert "Traceback" not in worker.stderr_path.read_text()
+
+
+async def test_sigterm_past_grace_leaves_the_job_to_its_lease(databases, make_queue, tmp_path):
+    """SIGTERM with a 0.1 s grace during a 3 s charge: the worker exits without marking the job SUCCEEDED."""
+    returncode, worker, after, now = await sigterm_during_charge(databases, make_queue(), tmp_path, 3.0, "0.1")
     assert returncode == 0, worker.output()
     assert after.status == "RUNNING"
     assert after.lease_expires_at is not None and after.lease_expires_at > now
