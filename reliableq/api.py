@@ -13,17 +13,17 @@ import logging
 import secrets
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.background import BackgroundTask
 
 from reliableq import db
+from reliableq.charge import idempotency_key
 from reliableq.config import MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.faults import FaultPlan, WorkerCrashed
 from reliableq.payload import InvalidSubmission, Submission, parse_submission
-from reliableq.queue import STATUSES, Queue
+from reliableq.queue import STATUSES, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
 DEFAULT_REPLAY_BUDGET = 5
@@ -88,7 +88,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         except InvalidSubmission as error:
             return _error(422, str(error))
         job_id = uuid.uuid4()
-        accepted = {"id": str(job_id), "status": "PENDING", "idempotency_key": f"reliableq:charge:{job_id}"}
+        accepted = {"id": str(job_id), "status": "PENDING", "idempotency_key": idempotency_key(job_id)}
         if mechanisms.commit_before_ack:
             await queue(request).submit(submission, job_id)
             return JSONResponse(accepted, status_code=202)
@@ -116,7 +116,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         attempts = await queue(request).attempts_of(parsed)
         events = await queue(request).events_of(parsed)
         return JSONResponse(job.as_json() | {
-            "attempts": [_json_row(a) for a in attempts], "events": [_json_row(e) for e in events]})
+            "attempt_history": [json_row(a) for a in attempts], "events": [json_row(e) for e in events]})
 
     @app.post("/v1/jobs/{job_id}/replay")
     async def replay_job(request: Request, job_id: str, budget: int = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
@@ -152,7 +152,3 @@ async def _store_after_ack(queue: Queue, submission: Submission, job_id: uuid.UU
         return
     await queue.submit(submission, job_id)
 
-
-def _json_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, uuid.UUID) else v.isoformat() if hasattr(v, "isoformat") else v)
-            for k, v in row.items()}

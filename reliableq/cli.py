@@ -222,7 +222,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             job = await queue.get(args.job_id)
             if job is None:
                 raise UsageError(f"no job {args.job_id}")
-            history = {"attempts": await queue.attempts_of(job.id), "events": await queue.events_of(job.id)}
+            history = {"attempt_history": await queue.attempts_of(job.id), "events": await queue.events_of(job.id)}
             return job.as_json() | history
         _print_json(asyncio.run(_with_queue(show)))
         return 0

@@ -52,13 +52,13 @@ class Job:
         return cls(**{f.name: row[f.name] for f in fields(cls)})
 
     def as_json(self) -> dict[str, Any]:
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+        return json_row({f.name: getattr(self, f.name) for f in fields(self)})
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (uuid.UUID, datetime)):
-        return str(value) if isinstance(value, uuid.UUID) else value.isoformat()
-    return value
+def json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A database row as JSON-ready values: ids and times as strings."""
+    return {key: str(value) if isinstance(value, uuid.UUID) else value.isoformat() if isinstance(value, datetime)
+            else value for key, value in row.items()}
 
 
 _SECRET_IN_URL = re.compile(r"(\w+://[^:/\s]*:)[^@\s]*@")

@@ -213,8 +213,11 @@ SELECT id AS job_id, attempts, max_attempts FROM jobs WHERE attempts > max_attem
 
 -- name: job_invariant_stale_finalize
 -- Jobs finalized more than once, or finalized by an attempt that was no longer the latest owner.
+-- A replay reopens a DEAD job: only the finalizes since the last replay count.
 SELECT j.id AS job_id, count(*) AS terminal_finalizes, max(a.attempt) AS last_finalizing_attempt, j.attempts
 FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.outcome IN ('succeeded', 'dead')
+WHERE a.finished_at > coalesce((SELECT max(e.at) FROM job_events e
+                                WHERE e.job_id = j.id AND e.event = 'replayed'), '-infinity')
 GROUP BY j.id, j.attempts
 HAVING count(*) > 1 OR min(a.attempt) < j.attempts
 ORDER BY j.id;

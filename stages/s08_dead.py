@@ -60,8 +60,7 @@ async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioPar
         return await run.result({
             "budget": BUDGET,
             "dead_jobs": len(dead),
-            # GET /v1/jobs/{id} lists the attempt rows under "attempts" (shadowing the count).
-            "attempts_when_dead": [len(job["attempts"]) for job in inspected],
+            "attempts_when_dead": [job["attempts"] for job in inspected],
             "last_error": inspected[0]["last_error"] if inspected else None,
             "replayed": len(replayed),
             "replay_kept_id_and_key": all(

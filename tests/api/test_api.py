@@ -259,7 +259,7 @@ async def test_get_job_shows_its_attempts_and_events(api, make_queue):
     job_id = (await submit(api, 777))["id"]
     before = (await api.get(f"/v1/jobs/{job_id}")).json()
     assert before["status"] == "PENDING"
-    assert before["attempts"] == []
+    assert before["attempts"] == 0 and before["attempt_history"] == []
     assert [event["event"] for event in before["events"]] == ["submitted"]
 
     claimed = await make_queue().claim(1, "inspect-worker", 30.0)
@@ -271,8 +271,9 @@ async def test_get_job_shows_its_attempts_and_events(api, make_queue):
     assert shown["id"] == job_id
     assert shown["status"] == "RUNNING"
     assert shown["payload"] == {"amount_cents": 777, "currency": "USD"}
-    assert isinstance(shown["attempts"], list) and isinstance(shown["events"], list)
-    [attempt] = shown["attempts"]
+    assert isinstance(shown["attempt_history"], list) and isinstance(shown["events"], list)
+    assert shown["attempts"] == 1
+    [attempt] = shown["attempt_history"]
     assert attempt["attempt"] == 1
     assert attempt["worker_id"] == "inspect-worker"
     assert attempt["lease_token"] == str(claimed[0].lease_token)
@@ -349,7 +350,7 @@ async def test_replay_of_a_dead_job_requeues_it_with_the_same_identity(api, make
     assert shown["status"] == "PENDING"
     assert [event["event"] for event in shown["events"]] == ["submitted", "replayed"]
     assert shown["events"][-1]["detail"] == "declined: amount over limit"
-    assert [attempt["outcome"] for attempt in shown["attempts"]] == ["dead"]
+    assert [attempt["outcome"] for attempt in shown["attempt_history"]] == ["dead"]
 
     # It is due again, under the same key the charge service deduplicates on.
     [again] = await make_queue().claim(1, "after-replay", 30.0)

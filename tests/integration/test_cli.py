@@ -104,7 +104,7 @@ def test_submit_then_show_the_job(databases):
     assert job["payload"] == {"amount_cents": 1250, "currency": "USD"}
     assert job["max_attempts"] == 3
     assert job["idempotency_key"] == f"reliableq:charge:{job_id}"
-    assert job["attempts"] == []
+    assert job["attempts"] == 0 and job["attempt_history"] == []
     assert [e["event"] for e in job["events"]] == ["submitted"]
 
     listed = reliableq("jobs", env=env)
