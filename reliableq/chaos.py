@@ -41,6 +41,7 @@ class ChaosConfig:
     poison_rate: float = 0.02  # share of jobs whose amount the charge service always declines
     transient_rate: float = 0.1  # share of charge requests answered 503
     permanent_rate: float = 0.02  # share of charge requests answered 422
+    outage_seconds: float = 0.5  # the charge service is down this long once only in-flight jobs remain
     settle_seconds: float = 60.0  # how long the system may take to finish every job
     mechanisms: Mechanisms = Mechanisms()
 
@@ -101,8 +102,8 @@ class ChaosReport:
             f"({c.mechanisms.describe()})",
             f"faults scheduled: {kinds.get('crash', 0)} worker crashes, {kinds.get('pause', 0)} pauses longer "
             f"than the lease, {kinds.get('api_crash', 0)} API crashes, {kinds.get('poison', 0)} poison jobs; "
-            f"charge failures: "
-            f"{c.transient_rate:.0%} transient, {c.permanent_rate:.0%} permanent",
+            f"charge failures: {c.transient_rate:.0%} transient, {c.permanent_rate:.0%} permanent, "
+            f"an outage of {c.outage_seconds:g}s",
             f"acknowledged {self.acknowledged}, worker restarts {self.restarts}, "
             f"{'settled' if self.settled else 'did NOT settle'} in {self.seconds:.1f}s; "
             + " ".join(f"{s}={n}" for s, n in self.status_counts.items()),
@@ -127,8 +128,11 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
     api_faults = FaultPlan()
     charge_faults = ChargeFaults(transient_rate=config.transient_rate, permanent_rate=config.permanent_rate,
                                  seed=config.seed)
+    # A first retry delay as long as the outage: backing off means sitting most of it out.
     settings = fast_settings(concurrency=config.concurrency, lease_seconds=config.lease_seconds,
-                             backoff_seed=config.seed, charge_timeout_seconds=max(1.0, config.lease_seconds))
+                             backoff_seed=config.seed, backoff_base_seconds=config.outage_seconds,
+                             backoff_max_seconds=4 * config.outage_seconds,
+                             charge_timeout_seconds=max(1.0, config.lease_seconds))
     started_wall = None
     async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos") as system:
         started_wall = await system.queue.database_now()
@@ -154,6 +158,12 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
                        for slot in range(config.workers)]
         settled = True
         try:
+            if config.outage_seconds > 0:
+                # Once the backlog is gone, so that an immediate retry has nothing to queue behind.
+                in_flight = config.workers * config.concurrency
+                await system.wait_until(_terminal_at_least(system, config.jobs - in_flight), config.settle_seconds,
+                                        "the backlog to drain")
+                charge_faults.start_outage(config.outage_seconds)
             await system.wait_all_terminal(timeout=config.settle_seconds)
             # A stalled handler that outlived its lease resumes after the job settled: let its
             # (stale) finalize happen before judging, or fencing would never be put to the test.
@@ -166,6 +176,8 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         peaks = [peak for _, worker_peaks in results for peak in worker_peaks]
         checks = await invariants.check_stored(system.databases, acknowledged, enforce_budget=True)
         checks.append(invariants.capacity_check(peaks, config.concurrency))
+        if config.outage_seconds > 0:
+            checks.append(await invariants.outage_check(system.databases))
         events = await collect(system.databases, started_wall, [faults, api_faults])
         status_counts = await system.queue.counts()
     return ChaosReport(config, schedule, checks, len(acknowledged), sum(r for r, _ in results), settled,
@@ -174,6 +186,13 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
 
 def _is(by_index: dict[int, ScheduledFault], index: int, action: str) -> bool:
     return index in by_index and by_index[index].action == action
+
+
+def _terminal_at_least(system: LocalSystem, jobs: int):
+    async def check() -> bool:
+        counts = await system.queue.counts()
+        return counts["SUCCEEDED"] + counts["DEAD"] >= jobs
+    return check
 
 
 def _no_pause(faults: FaultPlan):

@@ -17,6 +17,7 @@ import hashlib
 import json
 import random
 import re
+import time
 import uuid
 from collections import Counter
 from contextlib import asynccontextmanager
@@ -55,6 +56,7 @@ class ChargeFaults:
     capacity: int | None = None  # requests beyond this many in flight are refused with 503
     decline_over_cents: int = 1_000_000  # business rule: larger amounts are declined (422)
     seed: int = 0
+    outage_until: float = 0.0  # time.monotonic() before which every request gets 503 (see start_outage)
 
     def __post_init__(self) -> None:
         rates = (self.transient_rate, self.timeout_rate, self.permanent_rate, self.lost_response_rate)
@@ -62,6 +64,10 @@ class ChargeFaults:
             raise ValueError("failure rates must be non-negative and add up to at most 1")
         if self.capacity is not None and self.capacity < 1:
             raise ValueError("capacity must be at least 1")
+
+    def start_outage(self, seconds: float) -> None:
+        """Answer every request with 503 for the next `seconds` (a dependency that is down)."""
+        self.outage_until = time.monotonic() + seconds
 
     def draw(self, job_id: str, nth_request: int) -> str | None:
         """The fault for the `nth_request` of `job_id`, or None."""
@@ -154,6 +160,9 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
                 if over_capacity:
                     await log_request(conn, charge, key, "overloaded", 503)
                     return answer(503, {"error": "charge service over capacity, retry later"})
+                if time.monotonic() < faults.outage_until:
+                    await log_request(conn, charge, key, "injected_outage", 503)
+                    return answer(503, {"error": "charge service outage"})
                 fault = faults.draw(charge["job_id"], nth)
                 if faults.latency_seconds:
                     await asyncio.sleep(faults.latency_seconds)

@@ -66,6 +66,21 @@ async def _succeeded_without_charge(databases: Databases) -> list[dict]:
     return [{"job_id": c.job_id} for c in await job_counts(databases) if c.status == "SUCCEEDED" and c.charges == 0]
 
 
+# Backoff is a load property, so its invariant is a bound, not an equality. With full jitter and a
+# base delay as long as the outage, a job retries about once or twice while the dependency is down;
+# without backoff it spends its whole budget there in milliseconds.
+OUTAGE_REQUESTS_PER_JOB_LIMIT = 2.5
+
+
+async def outage_check(databases: Databases) -> Check:
+    """During an outage, retries backed off: few requests per affected job on average."""
+    (row,) = await _rows(databases.charge_url, "charge", "charge_outage_requests")
+    per_job = row["requests"] / row["jobs"] if row["jobs"] else 0.0
+    name = f"retries backed off during the outage (at most {OUTAGE_REQUESTS_PER_JOB_LIMIT:g} requests per job)"
+    violations = [{"requests": row["requests"], "jobs": row["jobs"]}] if per_job > OUTAGE_REQUESTS_PER_JOB_LIMIT else []
+    return Check(name, violations, note=f"{row['requests']} requests from {row['jobs']} jobs, {per_job:.2f} per job")
+
+
 def capacity_check(worker_peaks: list[int], concurrency: int) -> Check:
     """In-flight handlers per worker never exceeded its permits."""
     over = [{"worker": i, "in_flight_peak": peak} for i, peak in enumerate(worker_peaks) if peak > concurrency]

@@ -37,3 +37,7 @@ SELECT job_id, received_at, idempotency_key, outcome, status_code FROM charge_re
 -- name: charge_jobs_with_duplicates
 -- Jobs holding more than one committed charge, whatever their keys (NULL keys never conflict).
 SELECT job_id, count(*) AS charges FROM charges GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id;
+
+-- name: charge_outage_requests
+-- Requests refused by an outage, and how many distinct jobs made them.
+SELECT count(*) AS requests, count(DISTINCT job_id) AS jobs FROM charge_requests WHERE outcome = 'injected_outage';

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS charge_requests (
     job_id           uuid,
     idempotency_key  text,
     -- created | replayed | conflict | declined | invalid | overloaded
-    -- | injected_503 | injected_422 | injected_timeout (a lost response logs `created`: the charge exists)
+    -- | injected_503 | injected_422 | injected_timeout | injected_outage (a lost response logs `created`: the charge exists)
     outcome          text NOT NULL,
     status_code      integer NOT NULL,
     charge_id        uuid
