@@ -42,6 +42,9 @@ class ScenarioParams:
     crash_point: str | None = None  # a faults.CRASH_POINTS name (stages leases, idempotency); None: the stage's own
     failure_rate: float = 1.0  # probability a charge request fails while the stage's fault is on (backoff, dead)
     concurrency: int = 2  # worker permits: jobs in flight at once (only bites with the semaphore on)
+    # Exactly these switches instead of the stage's own set (the notebook panel's checkboxes); None: the
+    # stage's mechanisms(on).
+    mechanisms: Mechanisms | None = None
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -255,6 +258,6 @@ def arm_crash_all(plan: FaultPlan, point: str, handlers: int) -> None:
 async def experiment(stage: str, mechanism: str | None, on: bool, params: ScenarioParams,
                      charge_faults: ChargeFaults | None = None) -> AsyncIterator[Experiment]:
     """A fresh LocalSystem with the stage's mechanisms; its scratch databases are dropped on exit."""
-    mechanisms = stage_mechanisms(mechanism, on)
+    mechanisms = params.mechanisms or stage_mechanisms(mechanism, on)
     async with local_system(mechanisms, charge_faults, database_prefix="rq_stage") as system:
         yield Experiment(stage, mechanism, on, params, system, datetime.now(UTC))
