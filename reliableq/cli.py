@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 from reliableq import db
@@ -283,6 +284,37 @@ def cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def notebooks_dir() -> Path:
+    """The checkout's notebooks/ folder (the package sits beside it), else ./notebooks."""
+    beside_package = Path(__file__).resolve().parent.parent / "notebooks"
+    return beside_package if beside_package.is_dir() else Path.cwd() / "notebooks"
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    folder = Path(args.notebooks) if args.notebooks else notebooks_dir()
+    if not folder.is_dir():
+        raise UsageError(f"no notebooks folder at {folder}; pass --notebooks DIR")
+    databases = db.resolve()
+    db.migrate(databases)
+    # Kernels inherit the environment: every notebook then uses this server, embedded or not.
+    env = os.environ | {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
+    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={args.port}"]
+    if args.no_browser:
+        command.append("--no-browser")
+    if os.geteuid() == 0:
+        command.append("--allow-root")  # JupyterLab refuses root without it (containers, CI machines)
+    if args.token is not None:
+        command.append(f"--IdentityProvider.token={args.token}")
+    print(f"JupyterLab on http://127.0.0.1:{args.port} with notebooks in {folder}; database "
+          f"{db.database_name(databases.queue_url)}. Ctrl-C stops it.", flush=True)
+    import subprocess
+    try:
+        return subprocess.call(command, env=env)
+    except KeyboardInterrupt:
+        return 130
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     from reliableq.chaos import ChaosConfig, run_chaos
     config = ChaosConfig(seed=args.seed, jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,
@@ -373,6 +405,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=cmd_stage)
+
+    p = sub.add_parser("lab", help="start PostgreSQL, apply the schemas and open JupyterLab on the notebooks")
+    p.add_argument("--notebooks", help="notebooks folder (default: the checkout's notebooks/)")
+    p.add_argument("--port", type=_positive_int, default=8888)
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--token", help="JupyterLab access token (default: a random one, printed by JupyterLab)")
+    p.set_defaults(run=cmd_lab)
 
     p = sub.add_parser("chaos", help="seeded crashes, pauses and failures; then check the invariants")
     p.add_argument("--seed", type=int, default=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import ipywidgets as widgets
 import matplotlib
@@ -115,16 +116,21 @@ def plot_timeline(result: ScenarioResult, ax: plt.Axes | None = None) -> plt.Fig
     return fig
 
 
+def views(*results: ScenarioResult) -> list[Any]:
+    """The standard view of runs, in order: each summary, the table, the counts chart, each timeline."""
+    shown: list[Any] = [result.summary() for result in results]
+    shown += [counts_table(*results), plot_counts(*results)]
+    shown += [plot_timeline(result) for result in results]
+    plt.close("all")  # displayed explicitly; pyplot must not draw them a second time
+    return shown
+
+
 def show(*results: ScenarioResult) -> None:
-    """The standard view of runs: the summary, the table, the counts chart and each timeline."""
-    for result in results:
-        print(result.summary())
-    display(counts_table(*results))
-    display(plot_counts(*results))
-    plt.close("all")
-    for result in results:
-        display(plot_timeline(result))
-        plt.close("all")
+    for view in views(*results):
+        if isinstance(view, str):
+            print(view)
+        else:
+            display(view)
 
 
 class ScenarioPanel:
@@ -166,22 +172,24 @@ class ScenarioPanel:
         """Run the scenario with the panel's settings and show the result in the panel."""
         self.button.disabled = True
         self.output.clear_output()
+        # append_* rather than `with output:`, which captures only inside a kernel's cell execution.
+        self.output.append_stdout(f"running {self.stage.NAME} with {self.mechanisms().describe()} ...\n")
         try:
             mechanism_on = True if self.stage.MECHANISM is None else self.switches[self.stage.MECHANISM].value
-            with self.output:
-                print(f"running {self.stage.NAME} with {self.mechanisms().describe()} ...")
             result = await self.stage.scenario(mechanism_on, self.params())
-            self.last_result = result
-            self.output.clear_output()
-            with self.output:
-                show(result)
-            return result
         except Exception as error:
-            with self.output:
-                print(f"the scenario failed: {error}")
+            self.output.append_stdout(f"the scenario failed: {error}\n")
             raise
         finally:
             self.button.disabled = False
+        self.last_result = result
+        self.output.clear_output()
+        for view in views(result):
+            if isinstance(view, str):
+                self.output.append_stdout(view + "\n")
+            else:
+                self.output.append_display_data(view)
+        return result
 
     def _ipython_display_(self) -> None:
         display(self.widget)
