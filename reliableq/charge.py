@@ -268,7 +268,7 @@ class ChargeClient:
             response = await self._http.post("/v1/charges", json=body, headers=headers)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
             return ChargeOutcome("transient", f"charge service unreachable: {type(error).__name__}")
-        except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as error:
+        except httpx.TransportError as error:
             # The request went out; the charge may exist. Only a retry with the same key is safe.
             return ChargeOutcome("ambiguous", f"no answer from the charge service: {type(error).__name__}")
         kind = classify_status(response.status_code)

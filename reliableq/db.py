@@ -113,14 +113,19 @@ def connect(url: str, **kwargs) -> psycopg.Connection:
 
 def ensure_database(url: str) -> None:
     """Create the database `url` names if it does not exist yet (on the same server)."""
-    name = database_name(url)
+    try:
+        # Reaching the database itself first: errors then name it, and an existing database needs no
+        # access to the server's `postgres` database (often refused on managed servers).
+        connect(url).close()
+        return
+    except DatabaseUnavailable as error:
+        if "does not exist" not in str(error):
+            raise
     with connect(with_database(url, "postgres"), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if not exists:
-            try:
-                conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another process created it between our check and our create
+        try:
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(database_name(url))))
+        except psycopg.errors.DuplicateDatabase:
+            pass  # another process created it since we looked
 
 
 def apply_schema(url: str, database: str) -> None:
