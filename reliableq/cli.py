@@ -290,12 +290,23 @@ def notebooks_dir() -> Path:
     return beside_package if beside_package.is_dir() else Path.cwd() / "notebooks"
 
 
+def trust_notebooks(folder: Path) -> None:
+    """Sign the lab's own notebooks for this user: JupyterLab renders saved widgets (their state is in
+    each notebook) only in trusted notebooks, and shows plain text instead otherwise."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+    notary = NotebookNotary()
+    for path in sorted(folder.glob("*.ipynb")):
+        notary.sign(nbformat.read(path, nbformat.NO_CONVERT))
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     folder = Path(args.notebooks) if args.notebooks else notebooks_dir()
     if not folder.is_dir():
         raise UsageError(f"no notebooks folder at {folder}; pass --notebooks DIR")
     databases = db.resolve()
     db.migrate(databases)
+    trust_notebooks(folder)
     # Kernels inherit the environment: every notebook then uses this server, embedded or not.
     env = os.environ | {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
     command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}", "--ServerApp.ip=127.0.0.1",
