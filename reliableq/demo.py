@@ -7,14 +7,11 @@ charged once and finalized once: A=2 H=2 C=1 F=1. With idempotency off, the same
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
+from reliableq import processes
 from reliableq.config import Mechanisms
 from reliableq.faults import FaultPlan
 from reliableq.harness import fast_settings, local_system
@@ -71,30 +68,9 @@ class ProcessDemo:
         return "\n".join([*self.lines, f"{self.counts.short()}  (status {self.counts.status})"])
 
 
-def _spawn_worker(system, worker_id: str, lease_seconds: float, *extra: str) -> subprocess.Popen:
+def _spawn_worker(system, worker_id: str, lease_seconds: float, *extra: str) -> processes.CliProcess:
     """A real `reliableq worker` process over the system's databases and charge service."""
-    env = os.environ | {"DATABASE_URL": system.databases.queue_url,
-                        "CHARGE_DATABASE_URL": system.databases.charge_url}
-    command = [sys.executable, "-m", "reliableq", "worker", "--charge-url", system.charge_url,
-               "--worker-id", worker_id, "--lease", str(lease_seconds), "--poll", "0.05", "--grace", "2", *extra]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-async def _wait_process(process: subprocess.Popen, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while process.poll() is None:
-        if time.monotonic() > deadline:
-            process.kill()
-            raise TimeoutError(f"worker process {process.pid} did not exit within {timeout}s")
-        await asyncio.sleep(0.02)
-    return process.returncode
-
-
-async def _stop(process: subprocess.Popen) -> str:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    await _wait_process(process, 15)
-    return process.stdout.read().strip().splitlines()[-1] if process.stdout else ""
+    return processes.spawn_worker(system.databases, system.charge_url, worker_id, lease_seconds, *extra)
 
 
 async def kill9(lease_seconds: float = 2.0) -> ProcessDemo:
@@ -102,14 +78,14 @@ async def kill9(lease_seconds: float = 2.0) -> ProcessDemo:
     async with local_system(database_prefix="rq_kill9") as system:
         job_id = await system.submit_http(1250)
         first = _spawn_worker(system, "worker-1", lease_seconds, "--crash-at", "after_effect_before_finalize")
-        code = await _wait_process(first, 60)
+        code = await processes.wait_exit(first, 60)
         killed = time.monotonic()
         if code != -signal.SIGKILL:
             raise RuntimeError(f"worker-1 exited with {code}, expected SIGKILL")
         second = _spawn_worker(system, "worker-2", lease_seconds)
         await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=lease_seconds + 30)
         recovery = time.monotonic() - killed
-        second_said = await _stop(second)
+        second_said = await processes.stop(second)
         (counts,) = await system.counts()
     return ProcessDemo(counts, [
         f"job {job_id} submitted through the API (202 after commit); lease {lease_seconds:g} s",
@@ -142,7 +118,7 @@ async def pause(lease_seconds: float = 1.0) -> ProcessDemo:
             attempts = await system.queue.attempts_of(job_id)
             return any(a["worker_id"] == "worker-1" and (a["outcome"] or "").startswith("lost_") for a in attempts)
         await system.wait_until(first_refused, 30, "worker-1's stale finalize")
-        first_said, second_said = await _stop(first), await _stop(second)
+        first_said, second_said = await processes.stop(first), await processes.stop(second)
         attempts = await system.queue.attempts_of(job_id)
         (counts,) = await system.counts()
     return ProcessDemo(counts, [
