@@ -19,6 +19,9 @@ Layout (one noun per module):
     lab       what the stages share: scenario parameters and results, compare off/on
     chaos     the seeded chaos suite and its invariant report
     demo      `reliableq demo`: crash after the charge (in-process, kill9, pause), recover, count
+    processes real `reliableq` processes on loopback: spawn, wait for readiness, signal, stop
+    bench     `reliableq bench`: scenarios against real processes, gated by the invariants, beside pgbench
+    bench_report the benchmark's files: JSON, CSV, charts and the markdown report
     cli       the `reliableq` command
 
 The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism.

@@ -338,6 +338,24 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import time
+
+    from reliableq import bench, bench_report
+    scenarios = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()] or None
+    unknown = set(scenarios or ()) - set(bench.SCENARIOS)
+    if unknown:
+        raise UsageError(f"--scenarios: unknown {', '.join(sorted(unknown))}; expected {', '.join(bench.SCENARIOS)}")
+    out = Path(args.out) if args.out else Path("results") / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    result = asyncio.run(bench.run_bench(bench.PROFILES[args.profile], out, scenarios, seed=args.seed,
+                                         progress=not args.no_progress))
+    if not args.out:
+        bench_report.link_latest(out)
+    failed = [r for r in result.runs if not r.passed]
+    print(f"{len(result.runs) - len(failed)}/{len(result.runs)} runs passed their gate; report: {out / 'report.md'}")
+    return 1 if failed else 0
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -436,6 +454,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=_positive_float, default=60.0, help="seconds the run may take to settle")
     _add_mechanism_option(p)
     p.set_defaults(run=cmd_chaos)
+
+    p = sub.add_parser("bench", help="benchmark real processes against pgbench; gated by the invariants")
+    p.add_argument("--profile", choices=["tiny", "quick", "full"], default="quick",
+                   help="quick: under 5 minutes on 2 cores; tiny: seconds, for tests")
+    p.add_argument("--out", help="results folder (default: results/bench/<timestamp>, linked as results/bench/latest)")
+    p.add_argument("--scenarios", help="comma-separated subset: ingest,execute,latency,kill9,retry,idempotency,"
+                                       "dead,semaphore")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(run=cmd_bench)
     return parser
 
 

@@ -1,0 +1,36 @@
+-- Named queries of the benchmark (reliableq/bench.py) over the queue's tables (sql/queue_schema.sql).
+-- Read-mostly: the only write is the preload, which stands in for a client that already submitted.
+
+-- name: job_insert_many
+-- Store `jobs` identical jobs and their `submitted` events in one statement; all are due at once.
+-- run_at steps back a microsecond per job, as separate submissions would differ: equal run_at values
+-- would make every claim sort the whole backlog by id (the index orders by run_at only).
+WITH inserted AS (
+    INSERT INTO jobs (payload, max_attempts, run_at)
+    SELECT %(payload)s, %(max_attempts)s, now() - make_interval(secs => (%(jobs)s - n) / 1e6)
+    FROM generate_series(1, %(jobs)s) AS n
+    RETURNING id
+), event AS (
+    INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
+)
+SELECT count(*) AS jobs FROM inserted;
+
+-- name: job_bench_span
+-- A batch by PostgreSQL's clock: jobs per final status, attempts, and seconds from the first
+-- submission to the last finalize (NULL while a job is unfinished).
+SELECT count(*) AS jobs,
+       count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
+       count(*) FILTER (WHERE status = 'DEAD') AS dead,
+       coalesce(sum(attempts), 0) AS attempts,
+       CASE WHEN bool_and(finalized_at IS NOT NULL)
+            THEN extract(epoch FROM max(finalized_at) - min(created_at))::float8 END AS seconds
+FROM jobs;
+
+-- name: job_bench_reclaim_lag
+-- For each reclaimed attempt: seconds between the previous lease's expiry and the reclaim (kill -9 runs).
+SELECT b.job_id, b.attempt,
+       extract(epoch FROM b.claimed_at - a.lease_expires_at)::float8 AS reclaim_lag_seconds
+FROM job_attempts a
+JOIN job_attempts b ON b.job_id = a.job_id AND b.attempt = a.attempt + 1
+WHERE a.outcome = 'expired'
+ORDER BY b.job_id, b.attempt;

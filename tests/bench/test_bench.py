@@ -1,0 +1,88 @@
+"""The benchmark harness: it runs a tiny profile against real processes and writes its files, and its
+gate catches a broken run and keeps it out of every average. Speed is reported, never asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import psycopg
+import pytest
+
+from reliableq import bench, sql
+from reliableq.bench import RunResult, Sample, Window, keep_in_window, summarize
+
+CHARGE_CHECK = "at most one charge per job and per idempotency key"
+
+
+def test_samples_outside_the_window_are_rejected():
+    """A sample that started before the window, ended after it, or ran backwards is dropped."""
+    window = Window(10.0, 20.0)
+    inside, early, late, backwards = Sample(11, 12), Sample(9.5, 10.5), Sample(19, 20.5), Sample(15, 14)
+    kept, rejected = keep_in_window([inside, early, late, backwards, Sample(10, 20)], window)
+    assert kept == [inside, Sample(10, 20)]
+    assert rejected == 3
+
+
+def test_failed_runs_are_counted_but_never_averaged():
+    """The summary's mean comes from passing runs only; the failed one is counted apart."""
+    runs = [RunResult("execute", "1x8", {}, "jobs_per_second", {"jobs_per_second": 100.0}, passed=True),
+            RunResult("execute", "1x8", {}, "jobs_per_second", {"jobs_per_second": 300.0}, passed=True),
+            RunResult("execute", "1x8", {}, "jobs_per_second", {"jobs_per_second": 9999.0}, passed=False)]
+    (row,) = summarize(runs)
+    assert row["mean"] == 200.0
+    assert (row["runs_passed"], row["runs_failed"]) == (2, 1)
+
+
+async def test_gate_fails_a_database_where_one_job_has_two_charges(databases):
+    """Two committed charges for one job (under two keys) break the gate."""
+    job_id = uuid.uuid4()
+    with psycopg.connect(databases.charge_url, autocommit=True) as conn:
+        for key in ("first-key", "second-key"):
+            conn.execute(sql.queries("charge")["charge_insert_once"], {
+                "idempotency_key": key, "job_id": job_id, "amount_cents": 1250, "currency": "USD",
+                "payload_sha256": "x"})
+    passed, checks = await bench.gate(databases)
+    assert not passed
+    assert [c["name"] for c in checks if not c["held"]] == [CHARGE_CHECK]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
+    """Every scenario runs against real processes, passes its gate, and the files are written."""
+    result = await bench.run_bench(bench.PROFILES["tiny"], tmp_path, progress=False)
+    failed = [(r.scenario, r.point, r.error, [c for c in r.checks if not c["held"]]) for r in result.runs
+              if not r.passed]
+    assert not failed
+    assert {r.scenario for r in result.runs} == set(bench.SCENARIOS)
+    for name in ("results.json", "runs.csv", "baselines.csv", "report.md", "execute.png", "ingest.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert {b["tool"] for b in written["baselines"]} >= {"pgbench-insert", "pgbench-claim", "pgqueuer"}
+    assert "## Where the time goes" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_gate_fails_a_kill9_run_without_idempotency_and_leaves_it_out(tmp_path):
+    """With idempotency off, the job charged before the SIGKILL is charged again on recovery: the run is
+    reported failed, names the broken invariant, and the summary has no mean for it."""
+    result = await bench.run_bench(bench.PROFILES["tiny"], tmp_path, ["kill9"], progress=False,
+                                   off=["idempotency"], baselines=False)
+    (run,) = result.runs
+    assert not run.passed
+    assert [c["name"] for c in run.checks if not c["held"]] == [CHARGE_CHECK]
+    (row,) = result.summary()
+    assert row["mean"] is None and row["runs_failed"] == 1
+    report = (tmp_path / "report.md").read_text()
+    assert "## Failed runs" in report and CHARGE_CHECK in report
+
+
+def test_cli_refuses_an_unknown_scenario(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "reliableq", "bench", "--profile", "tiny", "--out", str(tmp_path),
+                           "--scenarios", "execute,warp-drive"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "warp-drive" in done.stderr
