@@ -125,13 +125,10 @@ class Queue:
             if m.dead and m.leases:
                 await cur.execute(_Q["job_dead_expired_exhausted"], params)
             if m.skip_locked:
-                async with conn.transaction():
-                    await cur.execute(_Q["job_select_due_for_update_skip_locked"], params)
-                    ids = [row["id"] for row in await cur.fetchall()]
-                    if not ids:
-                        return []
-                    await cur.execute(_Q["job_mark_claimed"], {**params, "ids": ids})
-                    rows = await cur.fetchall()
+                # One statement (select-for-update and mark, as CTEs): one round trip instead of four
+                # (BEGIN, select, update, COMMIT) with the same locks; `reliableq bench` measured the difference.
+                await cur.execute(_Q["job_claim_due_skip_locked"], params)
+                rows = await cur.fetchall()
             else:
                 # Two statements, each committed on its own (the pool's connections autocommit).
                 await cur.execute(_Q["job_select_due"], params)
