@@ -14,17 +14,6 @@ WITH inserted AS (
 )
 SELECT * FROM inserted;
 
--- name: job_select_due_for_update_skip_locked
--- Due jobs, locked for this transaction; jobs other claimers hold are skipped, not waited for.
-SELECT id FROM jobs
-WHERE (status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now()))
-   OR (%(reclaim_expired)s AND status = 'RUNNING'
-       AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
-       AND (NOT %(enforce_budget)s OR attempts < max_attempts))
-ORDER BY run_at, id
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
-
 -- name: job_select_due
 -- Due jobs, read without a lock (stage `skip-locked` off): two claimers can read the same rows.
 SELECT id FROM jobs
@@ -63,8 +52,8 @@ WITH previous AS (
 SELECT * FROM claimed ORDER BY run_at, id;
 
 -- name: job_claim_due_skip_locked
--- job_select_due_for_update_skip_locked and job_mark_claimed in one statement: one round trip, one
--- commit. The same rows, locks, lease and attempt rows as the two-step claim; only faster.
+-- Due jobs, locked for this statement's transaction (jobs other claimers hold are skipped, not waited
+-- for), taken as job_mark_claimed takes them: one round trip, one commit. Compare job_select_due.
 WITH due AS (
     SELECT id, status, lease_token FROM jobs
     WHERE (status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now()))

@@ -111,7 +111,7 @@ def test_fault_points_are_named():
 def test_every_named_query_is_loaded_and_nonempty():
     """The loader finds each `-- name:` block; the core's queries exist."""
     queue, charge = sql.queries("queue"), sql.queries("charge")
-    for name in ("job_insert", "job_select_due_for_update_skip_locked", "job_select_due", "job_mark_claimed",
+    for name in ("job_insert", "job_claim_due_skip_locked", "job_select_due", "job_mark_claimed",
                  "job_renew_lease", "job_succeed", "job_retry", "job_dead", "job_replay"):
         assert queue[name].strip()
     assert "ON CONFLICT (idempotency_key) DO NOTHING" in charge["charge_insert_once"]
