@@ -49,6 +49,9 @@ def database_banner() -> str:
 
 
 def label(result: ScenarioResult) -> str:
+    """How a run is named in tables and charts: by the switches a learner picked, if they did."""
+    if result.params.mechanisms is not None:
+        return result.mechanisms.describe()
     if result.mechanism is None:
         return "naive"
     return f"{result.mechanism} {'on' if result.mechanism_on else 'off'}"
