@@ -148,10 +148,12 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    _mechanisms(args)  # bad switches are a usage error, reported before touching the database
+    mechanisms = _mechanisms(args)  # bad switches are a usage error, reported before touching the database
+    if args.fleet_limit and not (mechanisms.skip_locked and mechanisms.leases):
+        raise UsageError("--fleet-limit needs the skip_locked and leases mechanisms on")
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
                               charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
-                              backoff_seed=args.seed, worker_id=args.worker_id)
+                              backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit)
     faults = FaultPlan()
     if args.crash_at:
         faults.arm_crash(args.crash_at, real_kill=True)
@@ -400,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds in-flight work may finish after SIGTERM")
     p.add_argument("--seed", type=int, help="seed of the backoff jitter")
     p.add_argument("--worker-id", help="name of this worker (default: host-pid-n)")
+    p.add_argument("--fleet-limit", type=_positive_int,
+                   help="jobs in flight across every worker of this database (enforced in PostgreSQL)")
     p.add_argument("--crash-at", choices=CRASH_POINTS[:3], help="SIGKILL this process the first time it gets there")
     _add_mechanism_option(p)
     p.set_defaults(run=cmd_worker)

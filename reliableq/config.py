@@ -72,6 +72,7 @@ class WorkerSettings:
     backoff_seed: int | None = None  # None: system randomness; an int makes jitter reproducible
     shutdown_grace_seconds: float = 10.0  # on SIGTERM: how long in-flight work may still finish
     worker_id: str | None = None  # default: host-pid-n
+    fleet_limit: int | None = None  # jobs in flight across all workers on this database; None: no limit
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -80,6 +81,8 @@ class WorkerSettings:
                      "backoff_base_seconds", "backoff_max_seconds"):
             if not getattr(self, name) > 0:  # written so that NaN fails too
                 raise ValueError(f"{name} must be positive")
+        if self.fleet_limit is not None and self.fleet_limit < 1:
+            raise ValueError("fleet_limit must be at least 1")
         if self.shutdown_grace_seconds < 0:
             raise ValueError("shutdown_grace_seconds must not be negative")
 

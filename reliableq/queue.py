@@ -102,12 +102,15 @@ class Queue:
     # -- claiming ---------------------------------------------------------------------------
 
     async def claim(self, limit: int, worker_id: str, lease_seconds: float,
-                    now: datetime | None = None) -> list[Job]:
+                    now: datetime | None = None, fleet_limit: int | None = None) -> list[Job]:
         """Take up to `limit` due jobs for `worker_id` and commit before returning.
 
         Due: PENDING with run_at <= now, or (with leases) RUNNING with an expired lease. With
         skip_locked, one transaction locks the rows it takes and skips rows others hold. Without
-        it, a plain read is followed by a separate update: two claimers can take the same job."""
+        it, a plain read is followed by a separate update: two claimers can take the same job.
+
+        `fleet_limit`: at most this many jobs RUNNING under a live lease across every worker; claims
+        are serialised by an advisory lock while they count (needs skip_locked and leases)."""
         if limit <= 0:
             return []
         m = self.mechanisms
@@ -124,7 +127,18 @@ class Queue:
             cur = conn.cursor(row_factory=dict_row)
             if m.dead and m.leases:
                 await cur.execute(_Q["job_dead_expired_exhausted"], params)
-            if m.skip_locked:
+            if fleet_limit is not None:
+                if not (m.skip_locked and m.leases):
+                    raise ValueError("a fleet limit needs the skip_locked and leases mechanisms")
+                async with conn.transaction():
+                    await cur.execute(_Q["job_fleet_claim_gate"])
+                    await cur.execute(_Q["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
+                    free = (await cur.fetchone())["free"]
+                    if free == 0:
+                        return []
+                    await cur.execute(_Q["job_claim_due_skip_locked"], {**params, "limit": min(limit, free)})
+                    rows = await cur.fetchall()
+            elif m.skip_locked:
                 # One statement (select-for-update and mark, as CTEs): one round trip instead of four
                 # (BEGIN, select, update, COMMIT) with the same locks; `reliableq bench` measured the difference.
                 await cur.execute(_Q["job_claim_due_skip_locked"], params)

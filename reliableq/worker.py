@@ -108,7 +108,8 @@ class Worker:
             return []
         started = time.perf_counter()
         try:
-            return await self.queue.claim(limit, self.worker_id, self.settings.lease_seconds)
+            return await self.queue.claim(limit, self.worker_id, self.settings.lease_seconds,
+                                          fleet_limit=self.settings.fleet_limit)
         except (psycopg.Error, PoolTimeout) as error:
             # The database is briefly unreachable or saturated: nothing was claimed; try again next tick.
             log.warning("worker %s could not claim: %s", self.worker_id, error)

@@ -258,3 +258,14 @@ ORDER BY a.job_id;
 -- name: job_ids
 -- The id of every stored job.
 SELECT id AS job_id FROM jobs;
+
+-- name: job_fleet_claim_gate
+-- A fleet-wide limit (issue: many workers, one database): serialise claims for the rest of this
+-- transaction, so that counting the jobs in flight and taking new ones cannot interleave between workers.
+SELECT pg_advisory_xact_lock(hashtext('reliableq fleet claim'));
+
+-- name: job_fleet_free_slots
+-- How many more jobs the whole fleet may run: the limit minus the RUNNING jobs whose lease is live.
+-- A crashed worker's jobs stop counting when their leases expire: its slots come back by themselves.
+SELECT greatest(%(fleet_limit)s - count(*), 0) AS free FROM jobs
+WHERE status = 'RUNNING' AND lease_expires_at > coalesce(%(now)s::timestamptz, now());

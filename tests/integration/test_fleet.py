@@ -1,0 +1,92 @@
+"""A fleet-wide concurrency limit, enforced in PostgreSQL: it holds across worker processes, and a
+crashed worker's slots come back when its leases expire."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from reliableq import invariants, processes
+from reliableq.config import Mechanisms
+from reliableq.invariants import Check
+from reliableq.payload import Submission
+from reliableq.queue import Queue
+
+
+async def test_concurrent_claims_never_exceed_the_fleet_limit(make_queue, submission):
+    """Ten claimers asking for 2 jobs each while 3 slots exist fleet-wide: 3 jobs are taken."""
+    queue = make_queue()
+    for _ in range(20):
+        await queue.submit(submission())
+    batches = await asyncio.gather(*(queue.claim(2, f"w{i}", 30.0, fleet_limit=3) for i in range(10)))
+    assert sum(len(b) for b in batches) == 3
+    assert await queue.claim(2, "late", 30.0, fleet_limit=3) == []
+
+
+async def test_slots_of_expired_leases_come_back(make_queue, submission):
+    """A crashed worker holds its slots only until its leases expire by the database's clock."""
+    queue = make_queue()
+    for _ in range(4):
+        await queue.submit(submission())
+    assert len(await queue.claim(4, "crashed", lease_seconds=5, fleet_limit=2)) == 2
+    later = await queue.database_now() + timedelta(seconds=6)
+    # Both expired jobs and two fresh ones are due; only two slots exist.
+    assert len(await queue.claim(4, "survivor", 30.0, now=later, fleet_limit=2)) == 2
+
+
+async def test_fleet_limit_needs_leases(make_queue):
+    """Without leases a crashed worker's slot would never come back: refused."""
+    with pytest.raises(ValueError, match="fleet limit"):
+        await make_queue(Mechanisms().without("leases")).claim(1, "w", 30.0, fleet_limit=1)
+
+
+async def _fleet_run(databases, pool, fleet_args: list[str], tmp_path) -> tuple[int, list[Check]]:
+    """12 slow jobs, three worker processes of 3 permits each, one of which dies by SIGKILL after its
+    first charge; returns the charge service's in-flight peak and the invariant checks."""
+    queue = Queue(pool)
+    for i in range(12):
+        await queue.submit(Submission({"amount_cents": 100 + i, "currency": "USD"}))
+    charge, charge_url = await processes.spawn_server(databases, "charge-service", "--latency", "0.3",
+                                                      log_path=tmp_path / "charge.log")
+    workers = []
+    try:
+        args = ["--concurrency", "3", *fleet_args]
+        workers = [processes.spawn_worker(databases, charge_url, "doomed", 1.0, *args,
+                                          "--crash-at", "after_effect_before_finalize",
+                                          log_path=tmp_path / "doomed.log")]
+        workers += [processes.spawn_worker(databases, charge_url, f"worker-{i}", 1.0, *args,
+                                           log_path=tmp_path / f"worker-{i}.log") for i in (1, 2)]
+
+        async def settled() -> bool:
+            counts = await queue.counts()
+            return counts["SUCCEEDED"] + counts["DEAD"] == 12
+        deadline = asyncio.get_running_loop().time() + 60
+        while not await settled():
+            assert asyncio.get_running_loop().time() < deadline, "the fleet did not finish 12 jobs in 60 s"
+            await asyncio.sleep(0.05)
+        assert await processes.wait_exit(workers[0], 5) == -9  # it really was killed
+        async with httpx.AsyncClient() as http:
+            peak = (await http.get(f"{charge_url}/v1/stats")).json()["in_flight_peak"]
+        return peak, await invariants.check_stored(databases)
+    finally:
+        for process in [*workers, charge]:
+            process.kill()
+
+
+@pytest.mark.slow
+async def test_fleet_limit_holds_across_three_worker_processes_and_a_crash(databases, pool, tmp_path):
+    """--fleet-limit 3 over three processes of 3 permits: never more than 3 charges in flight, even
+    while a killed worker's slot waits for its lease; every job finishes, each charged once."""
+    peak, checks = await _fleet_run(databases, pool, ["--fleet-limit", "3"], tmp_path)
+    assert peak <= 3
+    assert all(check.held for check in checks), [c.line() for c in checks]
+
+
+@pytest.mark.slow
+async def test_without_a_fleet_limit_the_fleet_exceeds_it(databases, pool, tmp_path):
+    """The same fleet without the limit: each worker's own permits are the only bound (up to 9)."""
+    peak, _ = await _fleet_run(databases, pool, [], tmp_path)
+    assert peak > 3
