@@ -44,8 +44,9 @@ async def test_fleet_limit_needs_leases(make_queue):
 
 
 async def _fleet_run(databases, pool, fleet_args: list[str], tmp_path) -> tuple[int, list[Check]]:
-    """12 slow jobs, three worker processes of 3 permits each, one of which dies by SIGKILL after its
-    first charge; returns the charge service's in-flight peak and the invariant checks."""
+    """12 slow jobs, three worker processes of 3 permits each; the first dies by SIGKILL after its first
+    charge, holding its slots, before the other two start. Returns the charge service's in-flight peak
+    and the invariant checks."""
     queue = Queue(pool)
     for i in range(12):
         await queue.submit(Submission({"amount_cents": 100 + i, "currency": "USD"}))
@@ -57,6 +58,8 @@ async def _fleet_run(databases, pool, fleet_args: list[str], tmp_path) -> tuple[
         workers = [processes.spawn_worker(databases, charge_url, "doomed", 1.0, *args,
                                           "--crash-at", "after_effect_before_finalize",
                                           log_path=tmp_path / "doomed.log")]
+        # The doomed worker must hold slots when it dies: the others start once it has claimed.
+        assert await processes.wait_exit(workers[0], 30) == -9
         workers += [processes.spawn_worker(databases, charge_url, f"worker-{i}", 1.0, *args,
                                            log_path=tmp_path / f"worker-{i}.log") for i in (1, 2)]
 
@@ -67,7 +70,6 @@ async def _fleet_run(databases, pool, fleet_args: list[str], tmp_path) -> tuple[
         while not await settled():
             assert asyncio.get_running_loop().time() < deadline, "the fleet did not finish 12 jobs in 60 s"
             await asyncio.sleep(0.05)
-        assert await processes.wait_exit(workers[0], 5) == -9  # it really was killed
         async with httpx.AsyncClient() as http:
             peak = (await http.get(f"{charge_url}/v1/stats")).json()["in_flight_peak"]
         return peak, await invariants.check_stored(databases)
