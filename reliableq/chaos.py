@@ -128,10 +128,11 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
     api_faults = FaultPlan()
     charge_faults = ChargeFaults(transient_rate=config.transient_rate, permanent_rate=config.permanent_rate,
                                  seed=config.seed)
-    # A first retry delay as long as the outage: backing off means sitting most of it out.
+    # A first retry window twice the outage: backing off means sitting most of it out.
+    backoff_base = max(2 * config.outage_seconds, 0.05)
     settings = fast_settings(concurrency=config.concurrency, lease_seconds=config.lease_seconds,
-                             backoff_seed=config.seed, backoff_base_seconds=config.outage_seconds,
-                             backoff_max_seconds=4 * config.outage_seconds,
+                             backoff_seed=config.seed, backoff_base_seconds=backoff_base,
+                             backoff_max_seconds=2 * backoff_base,
                              charge_timeout_seconds=max(1.0, config.lease_seconds))
     started_wall = None
     async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos") as system:

@@ -69,7 +69,7 @@ async def _succeeded_without_charge(databases: Databases) -> list[dict]:
 # Backoff is a load property, so its invariant is a bound, not an equality. With full jitter and a
 # base delay as long as the outage, a job retries about once or twice while the dependency is down;
 # without backoff it spends its whole budget there in milliseconds.
-OUTAGE_REQUESTS_PER_JOB_LIMIT = 2.5
+OUTAGE_REQUESTS_PER_JOB_LIMIT = 2.0
 
 
 async def outage_check(databases: Databases) -> Check:

@@ -5,8 +5,9 @@ CHARGE_CAPACITY requests at once (each takes CHARGE_LATENCY_SECONDS); the rest a
 503 overloaded, so jobs burn attempts on refusals, and a bigger backlog makes it worse.
 Invariant: at most `concurrency` jobs in flight per worker: it claims only as many jobs as it has
 free permits, so with concurrency <= capacity nothing is refused.
-Boundary: a permit bounds one worker. N workers still send N * concurrency requests; a shared limit
-needs coordination (a rate limiter, or capacity divided among workers) that this queue does not do.
+Boundary: a permit bounds one worker. N workers still send N * concurrency requests; a shared bound
+needs coordination: `--fleet-limit` counts live leases in PostgreSQL for the whole fleet, but neither
+bound knows the dependency's real capacity, which can shrink while the limits stay put.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ BROKEN_WITHOUT = {
     "leases": "every job is SUCCEEDED or DEAD",
     "fencing": "no stale owner finalized a job; each job was finalized once",
     "idempotency": "at most one charge per job and per idempotency key",
-    "backoff": "retries backed off during the outage (at most 2.5 requests per job)",
+    "backoff": "retries backed off during the outage (at most 2 requests per job)",
     "dead": "attempt budgets held",
     "semaphore": "in-flight work never exceeded capacity (4 per worker)",
 }
