@@ -347,6 +347,14 @@ class RunStack:
             await conn.execute(_Q["job_insert_many"], {"payload": Jsonb(PAYLOAD), "max_attempts": max_attempts,
                                                        "jobs": jobs})
 
+    async def drain(self, jobs: int, workers: int, permits: int) -> Window:
+        """Start the workers, preload `jobs` due at once, and wait until all settled; the run's window."""
+        await self.start_workers(workers, permits)
+        start = time.monotonic()
+        await self.preload(jobs)
+        await self.wait_settled(self.bench.profile.settle_seconds)
+        return Window(start, time.monotonic())
+
     async def wait_settled(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
@@ -629,11 +637,7 @@ async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
 
         async def body(workers=workers, permits=permits, point=point) -> Measured:
             async with RunStack(bench, f"{scenario}-{point}-{repeat}", charge_args) as stack:
-                await stack.start_workers(workers, permits)
-                start = time.monotonic()
-                await stack.preload(jobs)
-                await stack.wait_settled(bench.profile.settle_seconds)
-                window = Window(start, time.monotonic())
+                window = await stack.drain(jobs, workers, permits)
                 stats = await stack.stop_workers()
                 span = await stack.span()
                 passed, checks = await gate(stack.databases)
@@ -694,11 +698,7 @@ async def _retry(bench: Bench, repeat: int) -> None:
         async def body(rate=rate, point=point) -> Measured:
             charge_args = ["--transient-rate", str(rate), "--seed", str(bench.seed)]
             async with RunStack(bench, f"retry-{point}-{repeat}", charge_args) as stack:
-                await stack.start_workers(1, 8)
-                start = time.monotonic()
-                await stack.preload(p.retry_jobs)
-                await stack.wait_settled(p.settle_seconds)
-                window = Window(start, time.monotonic())
+                window = await stack.drain(p.retry_jobs, 1, 8)
                 stats = await stack.stop_workers()
                 counts = await job_counts(stack.databases)
                 passed, checks = await gate(stack.databases)
@@ -754,11 +754,7 @@ async def _dead(bench: Bench, repeat: int) -> None:
 
     async def body() -> Measured:
         async with RunStack(bench, f"dead-{repeat}", ["--permanent-rate", "1", "--seed", str(bench.seed)]) as stack:
-            await stack.start_workers(1, 8)
-            start = time.monotonic()
-            await stack.preload(p.dead_jobs)
-            await stack.wait_settled(p.settle_seconds)
-            window = Window(start, time.monotonic())
+            window = await stack.drain(p.dead_jobs, 1, 8)
             stats = await stack.stop_workers()
             counts = await job_counts(stack.databases)
             span = await stack.span()
@@ -779,11 +775,7 @@ async def _semaphore(bench: Bench, repeat: int) -> None:
 
     async def body() -> Measured:
         async with RunStack(bench, f"semaphore-{repeat}", ["--latency", str(latency)]) as stack:
-            await stack.start_workers(1, permits)
-            start = time.monotonic()
-            await stack.preload(p.semaphore_jobs)
-            await stack.wait_settled(p.settle_seconds)
-            window = Window(start, time.monotonic())
+            window = await stack.drain(p.semaphore_jobs, 1, permits)
             async with httpx.AsyncClient(timeout=10) as http:
                 service = (await http.get(f"{stack.charge_url}/v1/stats")).json()
             stats = await stack.stop_workers()

@@ -1,18 +1,24 @@
 """Shared fixtures: a real PostgreSQL (embedded unless DATABASE_URL is set), one fresh pair of
-databases per test cloned from migrated templates, and async tests run on asyncio via anyio."""
+databases per test cloned from migrated templates, async tests run on asyncio via anyio, and `serve`
+for an app on real loopback HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 
 from reliableq import db
 from reliableq.config import Mechanisms
 from reliableq.payload import Submission
 from reliableq.queue import Queue
+from reliableq.servers import LoopbackServer
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -74,3 +80,19 @@ def submission():
 
 def worker_name() -> str:
     return f"test-worker-{uuid.uuid4().hex[:6]}"
+
+
+@asynccontextmanager
+async def serve(app) -> AsyncIterator[httpx.AsyncClient]:
+    """Serve `app` with uvicorn on 127.0.0.1 and yield a client bound to it.
+
+    Tests that may provoke a 500 assert only after this exits: uvicorn's thread logs the traceback after
+    sending the response, and on Python 3.11 formatting it concurrently with pytest's own traceback
+    rendering can trip CPython's shared AST recursion counter (an INTERNALERROR)."""
+    server = LoopbackServer(app)
+    url = await asyncio.to_thread(server.start)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+            yield client
+    finally:
+        await asyncio.to_thread(server.stop)

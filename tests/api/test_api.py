@@ -9,7 +9,6 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -20,7 +19,7 @@ from reliableq.api import create_api_app
 from reliableq.config import MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.faults import FaultPlan
 from reliableq.harness import local_system
-from reliableq.servers import LoopbackServer
+from tests.conftest import serve
 
 # Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's
 # late marker makes anyio re-create such items without their callspec).
@@ -32,20 +31,6 @@ DEADLINE_SECONDS = 2.0
 # -- helpers ----------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def serve(app) -> AsyncIterator[httpx.AsyncClient]:
-    """Serve `app` with uvicorn on 127.0.0.1 and yield a client bound to it.
-
-    Tests that may provoke a 500 assert only after this exits: uvicorn's thread logs the traceback after
-    sending the response, and on Python 3.11 formatting it concurrently with pytest's own traceback
-    rendering can trip CPython's shared AST recursion counter (an INTERNALERROR)."""
-    server = LoopbackServer(app)
-    url = await asyncio.to_thread(server.start)
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
-            yield client
-    finally:
-        await asyncio.to_thread(server.stop)
 
 
 @pytest.fixture

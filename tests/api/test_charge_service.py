@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from reliableq.charge import ChargeClient, ChargeFaults, create_charge_app, idempotency_key
-from reliableq.servers import LoopbackServer
+from tests.conftest import serve
 
 # Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's
 # late marker makes anyio re-create such items without their callspec).
@@ -32,16 +32,9 @@ CHARGE = {"amount_cents": 1250, "currency": "USD"}
 # -- helpers ----------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def charge_service(databases, faults: ChargeFaults | None = None) -> AsyncIterator[httpx.AsyncClient]:
+def charge_service(databases, faults: ChargeFaults | None = None):
     """The charge service on 127.0.0.1 over the test's charge database (it applies its own schema)."""
-    server = LoopbackServer(create_charge_app(databases.charge_url, faults))
-    url = await asyncio.to_thread(server.start)
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
-            yield client
-    finally:
-        await asyncio.to_thread(server.stop)
+    return serve(create_charge_app(databases.charge_url, faults))
 
 
 @asynccontextmanager
