@@ -9,8 +9,11 @@ stage's scenario with the switches and knobs a learner picks. Nothing here decid
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -19,9 +22,10 @@ import matplotlib
 matplotlib.use(os.environ.get("MPLBACKEND") or "agg")  # notebooks switch to inline themselves
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from IPython.display import display  # noqa: E402
+from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db  # noqa: E402
+from reliableq.chaos import ChaosConfig, ChaosReport, run_chaos  # noqa: E402
 from reliableq.config import Mechanisms  # noqa: E402
 from reliableq.faults import CRASH_POINTS  # noqa: E402
 from reliableq.lab import ScenarioParams, ScenarioResult, Stage  # noqa: E402
@@ -224,3 +228,83 @@ class SelfCheck:
 
     def _ipython_display_(self) -> None:
         display(self.widget)
+
+
+def plot_retry_schedule(result: ScenarioResult) -> plt.Figure:
+    """Backoff: the delay each job actually waited before each retry, against that retry's cap."""
+    # One column per job; jobs may have retried a different number of times.
+    schedule = pd.DataFrame.from_dict(result.measurements["retry_schedule"], orient="index").T
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    schedule.plot(ax=ax, marker="o", xlabel="retry (0 = first)", ylabel="seconds until the next claim")
+    ax.plot(result.measurements["retry_ceilings"], "k--", label="cap for that retry")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_measurement(key: str, *results: ScenarioResult, ylabel: str, title: str = "") -> plt.Figure:
+    """One measurement of several runs side by side (e.g. backoff's attempts_per_second off and on)."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    pd.Series({label(r): r.measurements[key] for r in results}).plot.bar(ax=ax, rot=0, ylabel=ylabel, title=title)
+    fig.tight_layout()
+    return fig
+
+
+def checks_table(report: ChaosReport) -> pd.DataFrame:
+    """A chaos report's invariants and whether each held."""
+    return pd.DataFrame([{"name": c.name, "held": c.held} for c in report.checks])
+
+
+class ChaosPanel:
+    """Pick a mechanism to switch off and run the chaos suite; the report appears in the panel."""
+
+    def __init__(self, config: ChaosConfig) -> None:
+        self.config = config
+        self.mechanism = widgets.Dropdown(options=Mechanisms.names(), value="fencing", description="switch off")
+        self.button = widgets.Button(description="Run chaos", button_style="primary", icon="play")
+        self.output = widgets.Output()
+        self.button.on_click(lambda _: asyncio.ensure_future(self.run()))
+        self.widget = widgets.VBox([self.mechanism, self.button, self.output])
+
+    async def run(self) -> ChaosReport:
+        self.button.disabled = True
+        self.output.clear_output()
+        self.output.append_stdout(f"running chaos with {self.mechanism.value} off ...\n")
+        try:
+            report = await run_chaos(replace(self.config, mechanisms=Mechanisms().without(self.mechanism.value)))
+        finally:
+            self.button.disabled = False
+        self.output.clear_output()
+        self.output.append_stdout(report.text() + "\n")
+        return report
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+def latest_bench(root: Path | None = None) -> dict[str, Any] | None:
+    """The newest `reliableq bench` results (results/bench/latest/results.json), or None."""
+    results = (root or Path(__file__).resolve().parent.parent) / "results" / "bench" / "latest" / "results.json"
+    return json.loads(results.read_text()) | {"folder": str(results.parent)} if results.exists() else None
+
+
+def bench_banner(results: dict[str, Any] | None) -> str:
+    if results is None:
+        return ("Benchmark results: none yet. Run `reliableq bench --profile quick` in the repository, "
+                "then re-run this notebook.")
+    return f"Benchmark results: profile {results['profile']}, seed {results['seed']}, started {results['started_at']}."
+
+
+def show_bench(results: dict[str, Any] | None) -> None:
+    """Our throughput as a ratio to pgbench's on the same server, then the harness's own charts (nothing
+    without results). Images only, so a saved notebook holds nothing that changes between bench runs."""
+    if results is None:
+        return
+    ratios = pd.DataFrame(results["ratios"]).set_index(["scenario", "point"])["ratio"]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ratios.plot.barh(ax=ax, xlabel="ours / pgbench at the same client count", ylabel="",
+                     title="throughput against PostgreSQL's own limit")
+    fig.tight_layout()
+    charts = [Image(filename=png) for png in sorted(Path(results["folder"]).glob("*.png"))]
+    display(fig, *charts, include=["image/png"])
+    plt.close(fig)

@@ -111,6 +111,7 @@ class Worker:
             return await self.queue.claim(limit, self.worker_id, self.settings.lease_seconds,
                                           fleet_limit=self.settings.fleet_limit)
         except (psycopg.Error, PoolTimeout) as error:
+            _reraise_if_cancelled()
             # The database is briefly unreachable or saturated: nothing was claimed; try again next tick.
             log.warning("worker %s could not claim: %s", self.worker_id, error)
             return []
@@ -161,27 +162,34 @@ class Worker:
         await self.faults.reach("after_claim_before_effect", job, self.worker_id)
         # The lease is renewed while the effect runs. A worker stalled at a fault point renews
         # nothing, as a stopped process would not, so its lease can expire under it.
-        renewer = asyncio.create_task(self._keep_lease(job)) if self.mechanisms.leases else None
-        started = time.perf_counter()
+        effect_done = asyncio.Event()
+        renewer = asyncio.create_task(self._keep_lease(job, effect_done)) if self.mechanisms.leases else None
         try:
             outcome = await self.charges.charge(job.id, job.payload)
         finally:
-            self.stats.charge_calls += 1
-            self.stats.charge_seconds_total += time.perf_counter() - started
+            effect_done.set()
             if renewer:
                 renewer.cancel()
                 await asyncio.gather(renewer, return_exceptions=True)
         await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
         await self._finalize(job, outcome)
 
-    async def _keep_lease(self, job: Job) -> None:
+    async def _keep_lease(self, job: Job, effect_done: asyncio.Event) -> None:
+        """Renew until `effect_done`. The event, not only cancellation, ends the loop: psycopg can
+        absorb a cancellation that lands mid-query, and a renewer that outlived its handler would
+        keep a lease alive that nobody will ever finalize (the job stranded RUNNING)."""
         # A third of the lease: two renewals can fail or run late before the lease is lost.
         interval = self.settings.lease_seconds / 3
         while True:
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(effect_done.wait(), interval)
+                return
+            except TimeoutError:
+                pass
             try:
                 won = await self.queue.renew(job, self.settings.lease_seconds)
             except (psycopg.Error, PoolTimeout) as error:
+                _reraise_if_cancelled()
                 # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
                 log.warning("worker %s could not renew job %s: %s", self.worker_id, job.id, error)
                 continue
@@ -214,3 +222,12 @@ class Worker:
         else:
             self.stats.lost_finalizes += 1
             log.warning("worker %s: finalize (%s) of job %s refused: lease lost", self.worker_id, counter, job.id)
+
+
+def _reraise_if_cancelled() -> None:
+    """Called in an `except` for database errors: psycopg answers a cancelled query with QueryCanceled,
+    so the task's cancellation can arrive dressed as a database error. Swallowing it would keep a
+    renewer alive after its handler finished, renewing a lease nobody will ever finalize."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise

@@ -68,7 +68,11 @@ async def _fleet_run(databases, pool, fleet_args: list[str], tmp_path) -> tuple[
             return counts["SUCCEEDED"] + counts["DEAD"] == 12
         deadline = asyncio.get_running_loop().time() + 60
         while not await settled():
-            assert asyncio.get_running_loop().time() < deadline, "the fleet did not finish 12 jobs in 60 s"
+            if asyncio.get_running_loop().time() > deadline:
+                now = await queue.database_now()
+                stuck = [(j.status, j.worker_id, j.attempts, j.lease_expires_at and (j.lease_expires_at - now))
+                         for j in await queue.list() if j.status not in ("SUCCEEDED", "DEAD")]
+                raise AssertionError(f"the fleet did not finish 12 jobs in 60 s; unfinished: {stuck}")
             await asyncio.sleep(0.05)
         async with httpx.AsyncClient() as http:
             peak = (await http.get(f"{charge_url}/v1/stats")).json()["in_flight_peak"]
