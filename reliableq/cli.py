@@ -173,7 +173,6 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)
-
     print(f"worker {worker.worker_id} running ({mechanisms.describe()}); SIGTERM or Ctrl-C stops it", flush=True)
     try:
         stats = await worker.run()
