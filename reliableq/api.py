@@ -76,15 +76,20 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_PAYLOAD_BYTES:
             return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
-        body = await request.body()
-        if len(body) > MAX_PAYLOAD_BYTES:
-            return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+        # Read at most the limit: a chunked body has no Content-Length to refuse it by up front.
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_PAYLOAD_BYTES:
+                return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
         try:
-            submission = parse_submission(json.loads(body))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            return _error(400, f"invalid JSON: {error}")
+            decoded = json.loads(body)
         except RecursionError:
             return _error(400, "invalid JSON: nested too deeply")
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
+            return _error(400, f"invalid JSON: {error}"[:300])
+        try:
+            submission = parse_submission(decoded)
         except InvalidSubmission as error:
             return _error(422, str(error))
         job_id = uuid.uuid4()

@@ -28,6 +28,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from psycopg.rows import dict_row
+from starlette.requests import ClientDisconnect
 
 from reliableq import db, sql
 
@@ -145,6 +146,8 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
         key = request.headers.get("Idempotency-Key")
         try:
             charge = _parse_charge(await request.json())
+        except ClientDisconnect:
+            return answer(499, {"error": "the client went away before sending its request"})  # nobody reads it
         except (ValueError, TypeError, RecursionError) as error:
             async with app.state.pool.connection() as conn:
                 await log_request(conn, None, key, "invalid", 400)
@@ -256,6 +259,7 @@ class ChargeClient:
     def __init__(self, base_url: str, timeout_seconds: float, send_idempotency_key: bool = True,
                  max_connections: int = 100) -> None:
         self.send_idempotency_key = send_idempotency_key
+        self.timeout_seconds = timeout_seconds
         self._http = httpx.AsyncClient(
             base_url=base_url, timeout=timeout_seconds,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -265,7 +269,11 @@ class ChargeClient:
         headers = {"Idempotency-Key": idempotency_key(job_id)} if self.send_idempotency_key else {}
         body = {"job_id": str(job_id), **payload}
         try:
-            response = await self._http.post("/v1/charges", json=body, headers=headers)
+            # httpx's timeout bounds each phase; this bounds the whole call (a trickling answer too).
+            async with asyncio.timeout(self.timeout_seconds):
+                response = await self._http.post("/v1/charges", json=body, headers=headers)
+        except TimeoutError:
+            return ChargeOutcome("ambiguous", f"no complete answer within {self.timeout_seconds:g}s")
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
             return ChargeOutcome("transient", f"charge service unreachable: {type(error).__name__}")
         except httpx.TransportError as error:
@@ -275,6 +283,8 @@ class ChargeClient:
         try:
             answer = response.json()
         except ValueError:
+            answer = {}
+        if not isinstance(answer, dict):  # a proxy's error page, a bare string
             answer = {}
         detail = answer.get("error") or f"HTTP {response.status_code}"
         return ChargeOutcome(kind, detail, response.status_code, answer.get("charge_id"))

@@ -65,6 +65,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port between 1 and 65535, got {text}")
+    return value
+
+
 def _rate(text: str) -> float:
     value = float(text)
     if not 0 <= value <= 1:
@@ -315,7 +322,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     # Kernels inherit the environment: every notebook then uses this server, embedded or not.
     env = os.environ | {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
     command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={args.port}"]
+               f"--ServerApp.port={args.port}", "--ServerApp.port_retries=0"]
     if args.no_browser:
         command.append("--no-browser")
     if os.geteuid() == 0:
@@ -324,11 +331,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
         command.append(f"--IdentityProvider.token={args.token}")
     print(f"JupyterLab on http://127.0.0.1:{args.port} with notebooks in {folder}; database "
           f"{db.database_name(databases.queue_url)}. Ctrl-C stops it.", flush=True)
-    import subprocess
-    try:
-        return subprocess.call(command, env=env)
-    except KeyboardInterrupt:
-        return 130
+    # Become JupyterLab (exec), so SIGTERM and Ctrl-C reach it rather than orphaning it.
+    os.execve(sys.executable, command, env)
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -375,14 +379,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("api", help="serve the HTTP API")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_port, default=8000)
     p.add_argument("--token", help="require this bearer token (required when binding beyond loopback)")
     _add_mechanism_option(p)
     p.set_defaults(run=cmd_api)
 
     p = sub.add_parser("charge-service", help="serve the charge service")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--port", type=_port, default=8001)
     p.add_argument("--latency", type=_non_negative_float, default=0.0, help="seconds added to every request")
     p.add_argument("--transient-rate", type=_rate, default=0.0, help="share of requests answered 503")
     p.add_argument("--timeout-rate", type=_rate, default=0.0, help="share of requests left hanging")
@@ -444,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lab", help="start PostgreSQL, apply the schemas and open JupyterLab on the notebooks")
     p.add_argument("--notebooks", help="notebooks folder (default: the checkout's notebooks/)")
-    p.add_argument("--port", type=_positive_int, default=8888)
+    p.add_argument("--port", type=_port, default=8888)
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--token", help="JupyterLab access token (default: a random one, printed by JupyterLab)")
     p.set_defaults(run=cmd_lab)

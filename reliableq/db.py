@@ -82,7 +82,11 @@ def with_database(url: str, dbname: str) -> str:
 
 
 def database_name(url: str) -> str:
-    return conninfo_to_dict(url).get("dbname") or "postgres"
+    try:
+        return conninfo_to_dict(url).get("dbname") or "postgres"
+    except psycopg.ProgrammingError as error:
+        reason = " ".join(str(error).split())
+        raise DatabaseUnavailable(f"not a PostgreSQL URL or connection string ({reason}); check DATABASE_URL") from None
 
 
 def resolve() -> Databases:

@@ -61,15 +61,17 @@ def json_row(row: dict[str, Any]) -> dict[str, Any]:
             else value for key, value in row.items()}
 
 
-_SECRET_IN_URL = re.compile(r"(\w+://[^:/\s]*:)[^@\s]*@")
-_SECRET_ASSIGNMENT = re.compile(r"(?i)\b(password|passwd|token|secret|authorization)\s*[=:]\s*\S+")
+_SECRET_IN_URL = re.compile(r"(\w+://[^:/\s]*:)[^/\s]*@")  # up to the authority's last @
+_SECRET_ASSIGNMENT = re.compile(
+    r"""(?i)([\w-]*(?:password|passwd|token|secret|api[_-]?key|authorization)["']?)\s*[=:]\s*"""
+    r"""("[^"]*"|'[^']*'|(?:bearer|basic)\s+\S+|\S+)""")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def sanitize_error(message: str) -> str:
     """An error as it may be stored and shown to operators: one line, bounded, no credentials."""
     text = _SECRET_IN_URL.sub(r"\1***@", message)
-    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}=***", text)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1).rstrip(chr(34) + chr(39))}=***", text)
     text = " ".join(_CONTROL.sub(" ", text).split())
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
@@ -133,10 +135,11 @@ class Queue:
                 async with conn.transaction():
                     await cur.execute(_Q["job_fleet_claim_gate"])
                     await cur.execute(_Q["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
-                    free = (await cur.fetchone())["free"]
-                    if free == 0:
+                    slots = await cur.fetchone()
+                    if slots["free"] == 0:
                         return []
-                    await cur.execute(_Q["job_claim_due_skip_locked"], {**params, "limit": min(limit, free)})
+                    await cur.execute(_Q["job_claim_due_skip_locked"],
+                                      {**params, "limit": min(limit, slots["free"]), "now": slots["at"]})
                     rows = await cur.fetchall()
             elif m.skip_locked:
                 # One statement (select-for-update and mark, as CTEs): one round trip instead of four

@@ -29,6 +29,8 @@ from reliableq.faults import FaultPlan, WorkerCrashed
 from reliableq.queue import Job, Queue
 
 log = logging.getLogger("reliableq.worker")
+FINALIZE_TRIES = 4  # a finalize that meets a database error is tried again, 0.1 s, 0.2 s, 0.4 s later
+FINALIZE_RETRY_SECONDS = 0.1
 _worker_numbers = itertools.count(1)
 
 
@@ -164,9 +166,14 @@ class Worker:
         # nothing, as a stopped process would not, so its lease can expire under it.
         effect_done = asyncio.Event()
         renewer = asyncio.create_task(self._keep_lease(job, effect_done)) if self.mechanisms.leases else None
+        started = time.perf_counter()
         try:
             outcome = await self.charges.charge(job.id, job.payload)
+        except Exception as error:  # an answer nobody foresaw: the charge may exist, so retry with the key
+            outcome = ChargeOutcome("ambiguous", f"charge call failed: {type(error).__name__}")
         finally:
+            self.stats.charge_calls += 1
+            self.stats.charge_seconds_total += time.perf_counter() - started
             effect_done.set()
             if renewer:
                 renewer.cancel()
@@ -201,7 +208,18 @@ class Worker:
     async def _finalize(self, job: Job, outcome: ChargeOutcome) -> None:
         started = time.perf_counter()
         try:
-            await self._finalize_as_classified(job, outcome)
+            for attempt in range(FINALIZE_TRIES):
+                try:
+                    return await self._finalize_as_classified(job, outcome)
+                except (psycopg.Error, PoolTimeout) as error:
+                    # A database hiccup must not strand the job until its lease expires (or turn a
+                    # committed charge into a DEAD job on the last attempt). A retried update is safe:
+                    # it is fenced, and an attempt's recorded win is never overwritten.
+                    _reraise_if_cancelled()
+                    if attempt == FINALIZE_TRIES - 1:
+                        raise
+                    log.warning("worker %s could not finalize job %s: %s", self.worker_id, job.id, error)
+                    await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2**attempt)
         finally:
             self.stats.finalize_calls += 1
             self.stats.finalize_seconds_total += time.perf_counter() - started

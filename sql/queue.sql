@@ -136,7 +136,8 @@ WITH finalized AS (
     UPDATE job_attempts
     SET finished_at = clock_timestamp(),
         outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'succeeded' ELSE 'lost_succeed' END
-    WHERE lease_token = %(lease_token)s
+    WHERE lease_token = %(lease_token)s AND outcome IS DISTINCT FROM 'succeeded'
+      AND outcome IS DISTINCT FROM 'retried' AND outcome IS DISTINCT FROM 'dead'
 )
 SELECT EXISTS (SELECT 1 FROM finalized) AS won;
 
@@ -153,7 +154,8 @@ WITH finalized AS (
     UPDATE job_attempts
     SET finished_at = clock_timestamp(), error = %(error)s,
         outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'retried' ELSE 'lost_retry' END
-    WHERE lease_token = %(lease_token)s
+    WHERE lease_token = %(lease_token)s AND outcome IS DISTINCT FROM 'succeeded'
+      AND outcome IS DISTINCT FROM 'retried' AND outcome IS DISTINCT FROM 'dead'
 )
 SELECT EXISTS (SELECT 1 FROM finalized) AS won;
 
@@ -170,7 +172,8 @@ WITH finalized AS (
     UPDATE job_attempts
     SET finished_at = clock_timestamp(), error = %(error)s,
         outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'dead' ELSE 'lost_dead' END
-    WHERE lease_token = %(lease_token)s
+    WHERE lease_token = %(lease_token)s AND outcome IS DISTINCT FROM 'succeeded'
+      AND outcome IS DISTINCT FROM 'retried' AND outcome IS DISTINCT FROM 'dead'
 )
 SELECT EXISTS (SELECT 1 FROM finalized) AS won;
 
@@ -267,5 +270,10 @@ SELECT pg_advisory_xact_lock(hashtext('reliableq fleet claim'));
 -- name: job_fleet_free_slots
 -- How many more jobs the whole fleet may run: the limit minus the RUNNING jobs whose lease is live.
 -- A crashed worker's jobs stop counting when their leases expire: its slots come back by themselves.
-SELECT greatest(%(fleet_limit)s - count(*), 0) AS free FROM jobs
-WHERE status = 'RUNNING' AND lease_expires_at > coalesce(%(now)s::timestamptz, now());
+-- Measured at clock_timestamp(), after the gate: now() would be the transaction's start, before the
+-- wait for the lock, and every lease granted after a long wait would come out short. `at` is that
+-- time, for the claim that follows.
+SELECT greatest(%(fleet_limit)s - count(*), 0) AS free,
+       coalesce(%(now)s::timestamptz, clock_timestamp()) AS at
+FROM jobs
+WHERE status = 'RUNNING' AND lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp());

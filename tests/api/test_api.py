@@ -439,3 +439,13 @@ async def test_right_token_is_accepted_and_healthz_stays_open(guarded_api, datab
     assert await row_visible(databases.queue_url, response.json()["id"])
     assert (await guarded_api.get("/v1/jobs", headers=headers)).status_code == 200
     assert (await guarded_api.get("/healthz")).status_code == 200
+
+
+async def test_an_integer_too_long_to_convert_is_invalid_json_not_a_500(databases):
+    """Python refuses to convert a 5000-digit integer; that is bad input (400), and nothing is stored."""
+    async with serve(create_api_app(databases.queue_url)) as client:
+        response = await client.post("/v1/jobs", content=b'{"amount_cents": ' + b"1" * 5000 + b"}",
+                                     headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "invalid JSON" in response.json()["error"]
+    with psycopg.connect(databases.queue_url) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0

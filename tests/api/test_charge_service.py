@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from reliableq.charge import ChargeClient, ChargeFaults, create_charge_app, idempotency_key
+from reliableq.servers import LoopbackServer
 from tests.conftest import serve
 
 # Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's
@@ -357,3 +358,23 @@ async def test_malformed_charge_body_is_400_and_charges_nothing(databases, body)
     assert response.status_code == 400, response.text
     assert response.json()["error"].startswith("invalid charge request")
     assert await count(databases.charge_url, "charges") == 0
+
+
+async def test_a_non_object_json_answer_is_classified_not_a_crash():
+    """A proxy answering 502 with a bare JSON string is a transient failure, not a client exception."""
+    async def bad_gateway(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 502,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'"bad gateway"'})
+
+    server = LoopbackServer(bad_gateway)
+    url = await asyncio.to_thread(server.start)
+    client = ChargeClient(url, timeout_seconds=2)
+    try:
+        outcome = await client.charge(uuid.uuid4(), {"amount_cents": 1, "currency": "USD"})
+    finally:
+        await client.aclose()
+        await asyncio.to_thread(server.stop)
+    assert (outcome.kind, outcome.status_code, outcome.detail) == ("transient", 502, "HTTP 502")

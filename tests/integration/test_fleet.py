@@ -7,9 +7,10 @@ import asyncio
 from datetime import timedelta
 
 import httpx
+import psycopg
 import pytest
 
-from reliableq import invariants, processes
+from reliableq import invariants, processes, sql
 from reliableq.config import Mechanisms
 from reliableq.invariants import Check
 from reliableq.payload import Submission
@@ -96,3 +97,18 @@ async def test_without_a_fleet_limit_the_fleet_exceeds_it(databases, pool, tmp_p
     """The same fleet without the limit: each worker's own permits are the only bound (up to 9)."""
     peak, _ = await _fleet_run(databases, pool, [], tmp_path)
     assert peak > 3
+
+
+async def test_a_claim_that_waited_for_the_gate_still_gets_a_full_lease(make_queue, submission, databases):
+    """Leases are measured from after the wait for the fleet's lock, not from the transaction's start."""
+    queue = make_queue()
+    await queue.submit(submission())
+    with psycopg.connect(databases.queue_url) as holder:
+        holder.execute(sql.queries("queue")["job_fleet_claim_gate"])  # holds the gate until commit
+        claim = asyncio.create_task(queue.claim(1, "waiter", lease_seconds=10, fleet_limit=5))
+        await asyncio.sleep(1.0)  # the claim waits on the lock this long: the point of the test
+        assert not claim.done()
+        holder.commit()
+        (job,) = await claim
+    remaining = job.lease_expires_at - await queue.database_now()
+    assert remaining > timedelta(seconds=9.5)

@@ -117,7 +117,8 @@ def test_lab_command_serves_the_notebooks_with_the_database_url_set():
         # Trusted, so JupyterLab renders the saved widgets instead of their text fallback.
         notary = NotebookNotary()
         assert all(notary.check_signature(nbformat.read(p, nbformat.NO_CONVERT)) for p in _notebooks())
-        (jupyter,) = psutil.Process(process.pid).children()  # the CLI runs JupyterLab as its child
+        jupyter = psutil.Process(process.pid)  # the CLI became JupyterLab (exec): signals reach it
+        assert "jupyterlab" in " ".join(jupyter.cmdline())
         # The embedded default's `reliableq` database, or whatever DATABASE_URL already named.
         assert os.environ.get("DATABASE_URL", "dbname=reliableq") in jupyter.environ()["DATABASE_URL"]
     finally:

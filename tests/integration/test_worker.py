@@ -398,3 +398,16 @@ async def test_stop_past_grace_abandons_the_job_to_lease_expiry(databases):
         c = await only_counts(system)
     assert job.status == "SUCCEEDED"
     assert (c.attempts, c.charges, c.finalizations) == (2, 1, 1), c.short()
+
+
+async def test_worker_counts_its_claims_charges_and_finalizes(databases):
+    """The timing counters the benchmark reads: one charge call and one finalize per job run."""
+    async with local_system(databases=databases) as system:
+        for i in range(3):
+            await system.submit_http(1000 + i)
+        worker = system.worker(fast_settings())
+        system.start_worker(worker)
+        await system.wait_all_terminal(timeout=20)
+        (stats,) = await system.stop_workers()
+    assert (stats.charge_calls, stats.finalize_calls, stats.succeeded) == (3, 3, 3)
+    assert stats.claim_calls >= 1 and stats.charge_seconds_total > 0 and stats.finalize_seconds_total > 0

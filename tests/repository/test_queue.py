@@ -120,15 +120,28 @@ async def test_stale_token_renew_succeed_retry_dead_affect_zero_rows(make_queue,
 
 
 async def test_without_fencing_a_stale_owner_overwrites(make_queue, submission):
-    """Without fencing, the stale owner's retry wins and sends the current owner's job back."""
+    """Without fencing, a stale owner's succeed wins a second time (F = 2), and its retry sends a
+    finished job back to PENDING."""
     queue = make_queue(Mechanisms().without("fencing"))
     stale, current = await _stale_and_current(queue, submission)
-    assert await queue.retry(stale, 0, "stale retry") is True
-    assert (await queue.get(current.id)).status == "PENDING"
     assert await queue.succeed(current) is True
-    assert await queue.succeed(stale) is True  # finalized twice: F = 2
+    assert await queue.succeed(stale) is True
     finalized = [a for a in await queue.attempts_of(current.id) if a["outcome"] == "succeeded"]
     assert len(finalized) == 2
+    stale, current = await _stale_and_current(queue, submission)
+    assert await queue.succeed(current) is True
+    assert await queue.retry(stale, 0, "stale retry") is True
+    assert (await queue.get(current.id)).status == "PENDING"
+
+
+async def test_a_repeated_finalize_never_rewrites_a_recorded_win(make_queue, submission):
+    """A finalize retried after an error it did not see succeed loses, and the first win stays on record."""
+    queue = make_queue()
+    await queue.submit(submission())
+    (job,) = await queue.claim(1, "w", LEASE)
+    assert await queue.succeed(job) is True
+    assert await queue.succeed(job) is False
+    assert [a["outcome"] for a in await queue.attempts_of(job.id)] == ["succeeded"]
 
 
 async def test_retry_eligibility_uses_database_time(make_queue, submission):

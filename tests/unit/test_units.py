@@ -74,6 +74,15 @@ def test_sanitize_error_strips_secrets_and_bounds_length():
     assert len(text) == 500 and text.startswith("failed postgresql://u:***@host/db token=***")
 
 
+@pytest.mark.parametrize("secret", [
+    "Authorization: Bearer abc123secret", "api_token=abc123secret", "client_secret=abc123secret",
+    "X-Api-Key: abc123secret", '{"password": "abc123secret"}', "postgresql://u:abc@123secret@host/db",
+])
+def test_sanitize_error_hides_secrets_in_their_usual_spellings(secret):
+    """Headers, keyed assignments, JSON fields and URLs with an @ in the password all lose the secret."""
+    assert "123secret" not in sanitize_error(f"charge failed: {secret} (retrying)")
+
+
 @pytest.mark.parametrize("status, kind", [
     (200, "ok"), (201, "ok"), (408, "transient"), (429, "transient"), (500, "transient"), (503, "transient"),
     (400, "permanent"), (409, "permanent"), (422, "permanent"),
