@@ -125,9 +125,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(app, host: str, port: int) -> int:
+def _serve(app, host: str, port: int, banner: str) -> int:
+    """Bind first, then announce, then serve: a busy port is a one-line error, not a false banner."""
+    import socket
+
     import uvicorn
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port") from None
+    print(banner, flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     return 0
 
 
@@ -139,8 +151,8 @@ def cmd_api(args: argparse.Namespace) -> int:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
     databases = db.resolve()
     db.migrate(databases)
-    print(f"API on http://{args.host}:{args.port} ({_mechanisms(args).describe()})", flush=True)
-    return _serve(create_api_app(databases.queue_url, _mechanisms(args), api_token=token), args.host, args.port)
+    return _serve(create_api_app(databases.queue_url, _mechanisms(args), api_token=token), args.host, args.port,
+                  f"API on http://{args.host}:{args.port} ({_mechanisms(args).describe()})")
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
@@ -150,8 +162,8 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
                           lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed)
     databases = db.resolve()
     db.migrate(databases)
-    print(f"charge service on http://{args.host}:{args.port}", flush=True)
-    return _serve(create_charge_app(databases.charge_url, faults), args.host, args.port)
+    return _serve(create_charge_app(databases.charge_url, faults), args.host, args.port,
+                  f"charge service on http://{args.host}:{args.port}")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -246,8 +258,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     print("  ".join(f"{status}={n}" for status, n in counts.items()))
     for job in jobs:
         error = f"  {job.last_error}" if job.last_error else ""
+        amount = job.payload.get("amount_cents", 0) / 100
         print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  "
-              f"{job.payload.get('amount_cents')} {job.payload.get('currency')}{error}")
+              f"{amount:.2f} {job.payload.get('currency')}{error}")
     return 0
 
 
