@@ -127,16 +127,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def _serve(app, host: str, port: int, banner: str) -> int:
     """Bind first, then announce, then serve: a busy port is a one-line error, not a false banner."""
-    import socket
-
     import uvicorn
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    from reliableq.servers import bind_listener
     try:
-        listener.bind((host, port))
+        listener = bind_listener(host, port)
     except OSError as error:
-        listener.close()
         raise UsageError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port") from None
     print(banner, flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
