@@ -2,8 +2,9 @@
 
 With commit_before_ack on (the real system), `POST /v1/jobs` answers 202 only after the insert has
 committed: an acknowledged job survives any crash that follows. With it off, the 202 goes out first
-and the insert runs after the response, so a crash in between loses an acknowledged job. Bad input
-gets a 4xx with a one-line message and stores nothing. This module does not run jobs.
+and the insert runs after the response, so a crash in between loses an acknowledged job.
+`POST /v1/jobs/batch` does the same for up to MAX_BATCH_JOBS jobs stored by one statement: all of them
+or none. Bad input gets a 4xx with a one-line message and stores nothing. This module does not run jobs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import json
 import logging
 import secrets
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -20,18 +24,55 @@ from starlette.background import BackgroundTask
 
 from reliableq import db
 from reliableq.charge import idempotency_key
-from reliableq.config import MAX_PAYLOAD_BYTES, Mechanisms
+from reliableq.config import MAX_BATCH_BYTES, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.faults import FaultPlan, WorkerCrashed
-from reliableq.payload import InvalidSubmission, Submission, parse_submission
+from reliableq.payload import InvalidSubmission, parse_batch, parse_submission
 from reliableq.queue import STATUSES, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
+Parsed = TypeVar("Parsed")
 DEFAULT_REPLAY_BUDGET = 5
 MAX_LIST_LIMIT = 1000
 
 
 def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status_code)
+
+
+class _Refused(Exception):
+    """A request answered with a 4xx before anything is stored (the app's handler turns it into one)."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code, self.message = status_code, message
+
+
+async def _read_body(request: Request, limit: int, parse: Callable[[Any], Parsed]) -> Parsed:
+    """The body, read up to `limit` bytes, decoded as JSON and checked by `parse`; _Refused (413, 400 or
+    422) otherwise."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _Refused(413, f"payload larger than {limit} bytes")
+    # Read at most the limit: a chunked body has no Content-Length to refuse it by up front.
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _Refused(413, f"payload larger than {limit} bytes")
+    try:
+        decoded = json.loads(body)
+    except RecursionError:
+        raise _Refused(400, "invalid JSON: nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
+        raise _Refused(400, f"invalid JSON: {error}"[:300]) from None
+    try:
+        return parse(decoded)
+    except InvalidSubmission as error:
+        raise _Refused(422, str(error)) from None
+
+
+def _accepted(job_id: uuid.UUID) -> dict[str, str]:
+    return {"id": str(job_id), "status": "PENDING", "idempotency_key": idempotency_key(job_id)}
 
 
 def _parse_job_id(raw: str) -> uuid.UUID | None:
@@ -57,6 +98,10 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     app = FastAPI(title="ReliableQ API", lifespan=lifespan)
 
+    @app.exception_handler(_Refused)
+    async def refuse(request: Request, refused: _Refused) -> JSONResponse:
+        return _error(refused.status_code, refused.message)
+
     if api_token:
         expected = f"Bearer {api_token}".encode()
 
@@ -71,35 +116,30 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     def queue(request: Request) -> Queue:
         return request.app.state.queue
 
-    @app.post("/v1/jobs", status_code=202)
-    async def submit_job(request: Request) -> JSONResponse:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > MAX_PAYLOAD_BYTES:
-            return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
-        # Read at most the limit: a chunked body has no Content-Length to refuse it by up front.
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_PAYLOAD_BYTES:
-                return _error(413, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
-        try:
-            decoded = json.loads(body)
-        except RecursionError:
-            return _error(400, "invalid JSON: nested too deeply")
-        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
-            return _error(400, f"invalid JSON: {error}"[:300])
-        try:
-            submission = parse_submission(decoded)
-        except InvalidSubmission as error:
-            return _error(422, str(error))
-        job_id = uuid.uuid4()
-        accepted = {"id": str(job_id), "status": "PENDING", "idempotency_key": idempotency_key(job_id)}
+    async def acknowledge(accepted: dict[str, Any], store: Callable[[], Awaitable[object]],
+                          acknowledged: Any) -> JSONResponse:
+        """202 with `accepted`: after `store()` committed, or (commit_before_ack off) before it runs."""
         if mechanisms.commit_before_ack:
-            await queue(request).submit(submission, job_id)
+            await store()
             return JSONResponse(accepted, status_code=202)
         # The naive order: acknowledge first, store afterwards. The window is real.
         return JSONResponse(accepted, status_code=202,
-                            background=BackgroundTask(_store_after_ack, queue(request), submission, job_id, faults))
+                            background=BackgroundTask(_store_after_ack, store, acknowledged, faults))
+
+    @app.post("/v1/jobs", status_code=202)
+    async def submit_job(request: Request) -> JSONResponse:
+        submission = await _read_body(request, MAX_PAYLOAD_BYTES, parse_submission)
+        job_id = uuid.uuid4()
+        return await acknowledge(_accepted(job_id), partial(queue(request).submit, submission, job_id), job_id)
+
+    @app.post("/v1/jobs/batch", status_code=202)
+    async def submit_batch(request: Request) -> JSONResponse:
+        """Every job validated before any is stored; all stored by one statement, acknowledged together."""
+        submissions = await _read_body(request, MAX_BATCH_BYTES, parse_batch)
+        # A tuple, so the fault point's job filters see one hashable value for the whole batch.
+        job_ids = tuple(uuid.uuid4() for _ in submissions)
+        return await acknowledge({"jobs": [_accepted(job_id) for job_id in job_ids]},
+                                 partial(queue(request).submit_many, submissions, job_ids), job_ids)
 
     @app.get("/v1/jobs")
     async def list_jobs(request: Request, status: str | None = None, limit: int = 100) -> JSONResponse:
@@ -149,11 +189,16 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     return app
 
 
-async def _store_after_ack(queue: Queue, submission: Submission, job_id: uuid.UUID, faults: FaultPlan) -> None:
+async def _store_after_ack(store: Callable[[], Awaitable[object]], acknowledged: Any, faults: FaultPlan) -> None:
+    """The naive path's insert, run after the 202 went out. `acknowledged`: the job id, or the batch's ids."""
     try:
-        await faults.reach("after_ack_before_commit", job_id, "api")
+        await faults.reach("after_ack_before_commit", acknowledged, "api")
     except WorkerCrashed:
-        log.warning("simulated API crash after acknowledging job %s: the job is lost", job_id)
+        if isinstance(acknowledged, uuid.UUID):
+            log.warning("simulated API crash after acknowledging job %s: the job is lost", acknowledged)
+        else:
+            log.warning("simulated API crash after acknowledging a batch of %d jobs: all of them are lost",
+                        len(acknowledged))
         return
-    await queue.submit(submission, job_id)
+    await store()
 

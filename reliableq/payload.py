@@ -2,7 +2,8 @@
 
 A submission is a JSON object: `amount_cents` (a positive integer, required), `currency` (three
 capital letters, default USD), `description` (optional text) and `max_attempts` (optional attempt
-budget). Anything else is refused with a message saying which field is wrong and why.
+budget). Anything else is refused with a message saying which field is wrong and why. A batch is
+`{"jobs": [<submission>, ...]}`, accepted only if every submission in it is.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reliableq.config import DEFAULT_MAX_ATTEMPTS
+from reliableq.config import DEFAULT_MAX_ATTEMPTS, MAX_BATCH_JOBS
 
 MAX_AMOUNT_CENTS = 10**12  # fits a bigint with room; larger is a typo, not a charge
 MAX_DESCRIPTION_CHARS = 200
@@ -51,7 +52,7 @@ def _encodable(text: str) -> bool:
 def parse_submission(data: Any) -> Submission:
     """Check a decoded JSON body and return the submission, or raise InvalidSubmission."""
     if not isinstance(data, dict):
-        raise InvalidSubmission('the body must be a JSON object such as {"amount_cents": 1250}')
+        raise InvalidSubmission('a submission must be a JSON object such as {"amount_cents": 1250}')
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
         raise InvalidSubmission(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(_FIELDS))}")
@@ -73,3 +74,22 @@ def parse_submission(data: Any) -> Submission:
     if "max_attempts" in data:
         max_attempts = _positive_int(data["max_attempts"], "max_attempts", MAX_ATTEMPTS_LIMIT)
     return Submission(payload=payload, max_attempts=max_attempts)
+
+
+def parse_batch(data: Any) -> list[Submission]:
+    """Check a decoded batch body and return its submissions in order, or raise InvalidSubmission
+    naming the first bad one's index: a batch is stored whole or not at all, so one bad job refuses it."""
+    if not isinstance(data, dict) or set(data) != {"jobs"}:
+        raise InvalidSubmission('the body must be a JSON object {"jobs": [...]} and nothing else')
+    jobs = data["jobs"]
+    if not isinstance(jobs, list):
+        raise InvalidSubmission(f"jobs must be a list of submissions, got {type(jobs).__name__}")
+    if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
+        raise InvalidSubmission(f"jobs must hold between 1 and {MAX_BATCH_JOBS} submissions, got {len(jobs)}")
+    submissions = []
+    for index, job in enumerate(jobs):
+        try:
+            submissions.append(parse_submission(job))
+        except InvalidSubmission as error:
+            raise InvalidSubmission(f"jobs[{index}]: {error}") from None
+    return submissions

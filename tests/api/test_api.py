@@ -1,5 +1,5 @@
 """The HTTP API over real HTTP on loopback and a real PostgreSQL: acknowledgement after commit, input
-validation, inspection, listing, replay, health and the bearer token."""
+validation, batch submission, inspection, listing, replay, health and the bearer token."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from reliableq.api import create_api_app
-from reliableq.config import MAX_PAYLOAD_BYTES, Mechanisms
+from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.faults import FaultPlan
 from reliableq.harness import local_system
 from tests.conftest import serve
@@ -76,6 +76,19 @@ async def submit(client: httpx.AsyncClient, amount_cents: int = 1250, **fields: 
     response = await client.post("/v1/jobs", json={"amount_cents": amount_cents, **fields})
     assert response.status_code == 202, response.text
     return response.json()
+
+
+async def submit_batch(client: httpx.AsyncClient, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    response = await client.post("/v1/jobs/batch", json={"jobs": jobs})
+    assert response.status_code == 202, response.text
+    return response.json()["jobs"]
+
+
+async def count_visible(queue_url: str, job_ids: list[str]) -> int:
+    """How many of `job_ids` a brand-new connection sees stored."""
+    row = await fetch_one(queue_url, "SELECT count(*) FROM jobs WHERE id = ANY(%s)",
+                          ([uuid.UUID(job_id) for job_id in job_ids],))
+    return row[0]
 
 
 async def make_dead(make_queue, job_id: str, error: str = "card rejected: do not honor") -> None:
@@ -234,6 +247,131 @@ async def test_body_of_exactly_the_limit_is_accepted(api, databases):
     # Not 413: the size is allowed, so what is refused is the unknown field.
     assert response.status_code == 422
     assert "colour" in response.json()["error"]
+
+
+# -- batch submission -----------------------------------------------------------------------------
+
+
+async def test_batch_stores_every_job_pending_with_its_event_and_answers_in_order(api, databases):
+    """A 202 for a batch lists every job in submission order, each stored PENDING with its `submitted` event."""
+    jobs = [{"amount_cents": 100 + n, "currency": "EUR", "description": f"order {n}", "max_attempts": 1 + n % 3}
+            for n in range(7)]
+    accepted = await submit_batch(api, jobs)
+    assert len(accepted) == len(jobs)
+    assert len({job["id"] for job in accepted}) == len(jobs)
+    for job, sent in zip(accepted, jobs, strict=True):
+        job_id = uuid.UUID(job["id"])
+        assert job["status"] == "PENDING"
+        assert job["idempotency_key"] == f"reliableq:charge:{job_id}"
+        row = await fetch_one(databases.queue_url, """
+            SELECT status, idempotency_key, payload, max_attempts,
+                   (SELECT array_agg(event) FROM job_events WHERE job_id = jobs.id)
+            FROM jobs WHERE id = %s""", (job_id,))
+        payload = {k: v for k, v in sent.items() if k != "max_attempts"}
+        assert row == ("PENDING", job["idempotency_key"], payload, sent["max_attempts"], ["submitted"])
+    assert await stored_rows(databases.queue_url) == (7, 7)
+
+
+async def test_batch_202_means_every_job_is_already_visible_from_another_connection(api, databases):
+    """With commit_before_ack, a batch's 202 is sent only once another connection sees every job in it."""
+    for size in (1, 10, 100):
+        accepted = await submit_batch(api, [{"amount_cents": n + 1} for n in range(size)])
+        # A separate connection, opened after the response: no waiting, no polling.
+        assert await count_visible(databases.queue_url, [job["id"] for job in accepted]) == size
+    assert await stored_rows(databases.queue_url) == (111, 111)
+
+
+async def test_batch_of_exactly_the_job_limit_is_accepted(api, databases):
+    """The job limit is inclusive: MAX_BATCH_JOBS jobs in one request are all stored."""
+    accepted = await submit_batch(api, [{"amount_cents": 1250}] * MAX_BATCH_JOBS)
+    assert await count_visible(databases.queue_url, [job["id"] for job in accepted]) == MAX_BATCH_JOBS
+
+
+async def test_batch_with_one_bad_job_stores_nothing_and_names_its_index(api, databases):
+    """All or nothing: one invalid submission refuses the whole batch with 422 naming its index."""
+    jobs = [{"amount_cents": 100}, {"amount_cents": 200}, {"amount_cents": 300}, {"amount_cents": -1},
+            {"amount_cents": 500}]
+    response = await api.post("/v1/jobs/batch", json={"jobs": jobs})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "jobs[3]: amount_cents must be between 1 and 1000000000000, got -1"
+    assert await stored_rows(databases.queue_url) == (0, 0)
+
+
+BAD_BATCHES = [
+    pytest.param(b'{"jobs": [{"amount_cents": 1', 400, "invalid JSON", id="invalid-json"),
+    pytest.param(b'{"jobs": [{"amount_cents": "\xff"}]}', 400, "invalid JSON", id="not-utf8"),
+    pytest.param(b"", 400, "invalid JSON", id="empty-body"),
+    pytest.param({"jobs": []}, 422, f"between 1 and {MAX_BATCH_JOBS}", id="empty-list"),
+    pytest.param({"jobs": [{"amount_cents": 1}] * (MAX_BATCH_JOBS + 1)}, 422, f"between 1 and {MAX_BATCH_JOBS}",
+                 id="too-many"),
+    pytest.param({"jobs": {"amount_cents": 1250}}, 422, "jobs must be a list", id="jobs-not-a-list"),
+    pytest.param([{"amount_cents": 1250}], 422, '{"jobs": [...]}', id="body-a-list"),
+    pytest.param({"amount_cents": 1250}, 422, '{"jobs": [...]}', id="single-submission"),
+    pytest.param({"jobs": [{"amount_cents": 1250}], "priority": 1}, 422, '{"jobs": [...]}', id="extra-key"),
+    pytest.param({"jobs": [{"amount_cents": 1250}, 7]}, 422, "jobs[1]: a submission must be a JSON object",
+                 id="item-not-an-object"),
+    pytest.param({"jobs": [{"amount_cents": 1250, "description": "x" * MAX_BATCH_BYTES}]}, 413,
+                 f"{MAX_BATCH_BYTES} bytes", id="oversize-declared"),
+]
+
+
+@pytest.mark.parametrize(("body", "status_code", "mentions"), BAD_BATCHES)
+async def test_bad_batch_is_refused_with_a_clear_4xx_and_stores_nothing(databases, body, status_code, mentions):
+    """Each kind of bad batch gets its 4xx, an error naming what is wrong, and no stored row."""
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with serve(create_api_app(databases.queue_url)) as api:
+        response = await api.post("/v1/jobs/batch", content=content, headers={"Content-Type": "application/json"})
+    assert response.status_code == status_code, response.text
+    error = response.json()["error"]
+    assert mentions in error
+    assert "\n" not in error
+    assert await stored_rows(databases.queue_url) == (0, 0)
+
+
+async def test_oversize_batch_without_content_length_is_refused(api, databases):
+    """A chunked batch over MAX_BATCH_BYTES (no Content-Length to check up front) is still refused with 413."""
+    job = b'{"amount_cents": 1250, "description": "' + b"x" * 200 + b'"}'
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"jobs": [' + job
+        for _ in range(MAX_BATCH_BYTES // len(job) + 1):
+            yield b", " + job
+        yield b"]}"
+
+    response = await api.post("/v1/jobs/batch", content=chunks(), headers={"Content-Type": "application/json"})
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 413
+    assert f"{MAX_BATCH_BYTES} bytes" in response.json()["error"]
+    assert await stored_rows(databases.queue_url) == (0, 0)
+
+
+async def test_crash_between_ack_and_commit_loses_a_whole_acknowledged_batch(databases):
+    """Without commit_before_ack, a crash after a batch's 202 and before its insert loses every job the
+    client was promised: the failure that answering only after the commit prevents."""
+    plan = FaultPlan()
+    plan.arm_crash("after_ack_before_commit")  # only the first batch crashes
+    async with local_system(Mechanisms().without("commit_before_ack"), api_faults=plan,
+                            databases=databases) as system:
+        async def post_batch(*amounts: int) -> list[str]:
+            response = await system.http.post(f"{system.api_url}/v1/jobs/batch",
+                                              json={"jobs": [{"amount_cents": a} for a in amounts]})
+            assert response.status_code == 202, response.text
+            return [job["id"] for job in response.json()["jobs"]]
+
+        lost = await post_batch(100, 200, 300)  # 202 received for all three
+        await eventually(lambda: bool(plan.triggered), "the simulated crash")
+        [crash] = plan.triggered
+        assert (crash.point, crash.action) == ("after_ack_before_commit", "crash")
+        assert [str(job_id) for job_id in crash.job_id] == lost
+        # A follow-up batch goes through the same path after the crash and is stored...
+        kept = await post_batch(400, 500)
+        # One statement stores a batch: once any of it is visible, all of it is.
+        await eventually(lambda: count_visible(databases.queue_url, kept), "the follow-up batch to be stored")
+        assert await count_visible(databases.queue_url, kept) == 2
+        # ...while the acknowledged one never is.
+        assert await count_visible(databases.queue_url, lost) == 0
+        assert (await system.http.get(f"{system.api_url}/v1/jobs/{lost[0]}")).status_code == 404
+        assert await stored_rows(databases.queue_url) == (2, 2)
 
 
 # -- inspection ---------------------------------------------------------------------------------
@@ -420,8 +558,8 @@ async def test_missing_or_wrong_token_is_401_and_stores_nothing(databases, autho
     headers = {} if authorization is None else {"Authorization": authorization}
     answers = []
     async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as api:
-        for method, path in (("POST", "/v1/jobs"), ("GET", "/v1/jobs"), ("GET", f"/v1/jobs/{uuid.uuid4()}"),
-                             ("POST", f"/v1/jobs/{uuid.uuid4()}/replay")):
+        for method, path in (("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("GET", "/v1/jobs"),
+                             ("GET", f"/v1/jobs/{uuid.uuid4()}"), ("POST", f"/v1/jobs/{uuid.uuid4()}/replay")):
             response = await api.request(method, path, json={"amount_cents": 1250}, headers=headers)
             answers.append((method, path, response.status_code, response.text))
     # Asserted once the server has stopped, so a 500's traceback is logged by then (see serve()).
