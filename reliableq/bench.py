@@ -41,7 +41,8 @@ from reliableq.queue import Queue
 
 _Q = sql.queries("bench")
 PAYLOAD = {"amount_cents": 1250, "currency": "USD"}
-UNFINISHED_CHECK = "every job is SUCCEEDED or DEAD"  # the name reliableq.invariants gives it
+UNFINISHED_CHECK = "every job is SUCCEEDED or DEAD"  # the names reliableq.invariants gives them
+UNCHARGED_CHECK = "every SUCCEEDED job has its charge"
 WORKER_READY_SECONDS = 30.0
 
 
@@ -341,17 +342,17 @@ class RunStack:
                 stats.append(json.loads(line.split(" stopped: ", 1)[1]))
         return stats
 
-    async def preload(self, jobs: int, max_attempts: int = 5) -> None:
+    async def preload(self, jobs: int, max_attempts: int = 5, kind: str = "charge") -> None:
         """Insert `jobs` due jobs in one transaction: every worker sees the whole batch at once."""
         async with self.pool.connection() as conn:
             await conn.execute(_Q["job_insert_many"], {"payload": Jsonb(PAYLOAD), "max_attempts": max_attempts,
-                                                       "jobs": jobs})
+                                                       "jobs": jobs, "kind": kind})
 
-    async def drain(self, jobs: int, workers: int, permits: int) -> Window:
+    async def drain(self, jobs: int, workers: int, permits: int, kind: str = "charge") -> Window:
         """Start the workers, preload `jobs` due at once, and wait until all settled; the run's window."""
         await self.start_workers(workers, permits)
         start = time.monotonic()
-        await self.preload(jobs)
+        await self.preload(jobs, kind=kind)
         await self.wait_settled(self.bench.profile.settle_seconds)
         return Window(start, time.monotonic())
 
@@ -367,6 +368,11 @@ class RunStack:
                 raise RuntimeError(f"every worker exited before the run settled: {counts}")
             await asyncio.sleep(0.02)
 
+    async def charge_cpu_seconds(self) -> float:
+        """The charge service process's CPU time so far (from its stats endpoint)."""
+        async with httpx.AsyncClient(timeout=10) as http:
+            return (await http.get(f"{self.charge_url}/v1/stats")).json()["cpu_seconds"]
+
     async def span(self) -> dict[str, Any]:
         async with self.pool.connection() as conn:
             cur = await conn.cursor(row_factory=dict_row).execute(_Q["job_bench_span"])
@@ -378,8 +384,9 @@ class RunStack:
             return [row["reclaim_lag_seconds"] for row in await cur.fetchall()]
 
 
-def worker_time_metrics(stats: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where the workers' time went: mean claim, charge and finalize latency, pool waits, jobs per claim."""
+def worker_time_metrics(stats: list[dict[str, Any]], jobs: int | None = None) -> dict[str, Any]:
+    """Where the workers' time went: mean claim, charge and finalize latency, pool waits, jobs per claim,
+    and (given the run's `jobs`) the workers' CPU per job while they ran."""
     def total(key: str) -> float:
         return sum(s.get(key, 0) for s in stats)
 
@@ -393,12 +400,14 @@ def worker_time_metrics(stats: list[dict[str, Any]]) -> dict[str, Any]:
         "charge_mean_ms": 1000 * total("charge_seconds_total") / charges if charges else None,
         "finalize_mean_ms": 1000 * total("finalize_seconds_total") / finalizes if finalizes else None,
         "jobs_per_claim": total("claimed") / claims if claims else None,
+        "jobs_per_success_commit": total("succeeded") / total("success_commits") if total("success_commits") else None,
         "claim_calls": claims,
         "pool_requests": pool_requests,
         "pool_queued": pool_total("requests_queued"),
         "pool_wait_mean_ms": pool_total("requests_wait_ms") / pool_requests if pool_requests else None,
         "lost_finalizes": total("lost_finalizes"),
         "in_flight_peak": max((s.get("in_flight_peak", 0) for s in stats), default=0),
+        "worker_cpu_ms_per_job": 1000 * total("cpu_seconds") / jobs if jobs else None,
     }
 
 
@@ -482,6 +491,8 @@ class Bench:
         claim = set()
         if "execute" in self.scenarios:
             claim |= set(p.execute_concurrency) | {n * c for n, c in p.execute_processes}
+        if "noop" in self.scenarios:
+            claim |= set(p.execute_concurrency)
         if "latency" in self.scenarios:
             claim |= set(p.latency_concurrency)
         return [("insert", c) for c in sorted(insert)] + [("claim", c) for c in sorted(claim)]
@@ -513,7 +524,7 @@ class Bench:
                 try:
                     async with pool.connection() as conn:
                         await conn.execute(_Q["job_insert_many"], {
-                            "payload": Jsonb(PAYLOAD), "max_attempts": 5,
+                            "payload": Jsonb(PAYLOAD), "max_attempts": 5, "kind": "noop",
                             "jobs": int(max(2000, 15000 * seconds))})
                 finally:
                     await pool.close()
@@ -565,23 +576,34 @@ class Scenario:
     body: Callable[[Bench, int], Awaitable[None]]
 
 
+INGEST_VIAS = ("http", "http-batch", "direct")
+BENCH_BATCH_JOBS = 100  # jobs per request at the ingest scenario's http-batch points
+BATCHES_PER_CLIENT = 4  # at least this many batch requests per client at an http-batch point
+
+
 async def _ingest(bench: Bench, repeat: int) -> None:
     p = bench.profile
     for clients in p.ingest_clients:
-        for via in ("http", "direct"):
+        for via in INGEST_VIAS:
             point = f"{via} c={clients}"
+            # With the profile's job count alone a batch point would be a handful of requests (quick: 800
+            # jobs are 8 batches for 16 clients), measuring start-up rather than a steady rate.
+            jobs = (max(p.ingest_jobs, BATCHES_PER_CLIENT * clients * BENCH_BATCH_JOBS) if via == "http-batch"
+                    else p.ingest_jobs)
 
-            async def body(clients=clients, via=via, point=point) -> Measured:
-                async with RunStack(bench, f"ingest-{point}-{repeat}", api=via == "http", charge=False) as stack:
+            async def body(clients=clients, via=via, point=point, jobs=jobs) -> Measured:
+                async with RunStack(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
+                                    charge=False) as stack:
                     acknowledged: list[uuid.UUID] = []
-                    samples: list[Sample] = []
-                    remaining = iter(range(p.ingest_jobs))
+                    samples: list[Sample] = []  # one per request: a batch's latency is its whole request's
                     submit = await _submitter(stack, via, clients)
+                    # A shared iterator: each request takes the next slice of job numbers (one, or a batch).
+                    starts = iter(range(0, jobs, submit.batch))
                     try:
                         async def client() -> None:
-                            for _ in remaining:  # a shared iterator: clients take the next job number
+                            for first in starts:
                                 begun = time.monotonic()
-                                acknowledged.append(await submit())
+                                acknowledged.extend(await submit(min(submit.batch, jobs - first)))
                                 samples.append(Sample(begun, time.monotonic()))
                         start = time.monotonic()
                         await asyncio.gather(*(client() for _ in range(clients)))
@@ -590,63 +612,82 @@ async def _ingest(bench: Bench, repeat: int) -> None:
                         await submit.aclose()
                     passed, checks = await gate(stack.databases, acknowledged, waive={
                         UNFINISHED_CHECK: "ingestion runs store jobs and never execute them"})
-                metrics = {"jobs": len(acknowledged), "jobs_per_second": len(acknowledged) / window.seconds}
+                metrics = {"jobs": len(acknowledged), "requests": len(samples),
+                           "jobs_per_second": len(acknowledged) / window.seconds}
                 return Measured(metrics, passed, checks, samples, window)
-            await bench.measure("ingest", point, {"clients": clients, "via": via, "jobs": p.ingest_jobs},
+            await bench.measure("ingest", point, {"clients": clients, "via": via, "jobs": jobs,
+                                                  "jobs_per_request": BENCH_BATCH_JOBS if via == "http-batch" else 1},
                                 "jobs_per_second", repeat, body)
 
 
 class _Submit:
-    """Submits one job, over HTTP to the API process or straight into PostgreSQL through the queue
-    (the same insert without HTTP: the difference is the API's overhead)."""
+    """Submits up to `batch` jobs per call and returns their acknowledged ids: one job per request over
+    HTTP to the API process, `batch` per request through its batch endpoint, or one straight into
+    PostgreSQL through the queue (the same insert without HTTP: the difference is the API's overhead)."""
 
-    def __init__(self, submit: Callable[[], Awaitable[uuid.UUID]], close: Callable[[], Awaitable[None]]) -> None:
-        self._submit, self._close = submit, close
+    def __init__(self, submit: Callable[[int], Awaitable[list[uuid.UUID]]], close: Callable[[], Awaitable[None]],
+                 batch: int = 1) -> None:
+        self._submit, self._close, self.batch = submit, close, batch
 
-    async def __call__(self) -> uuid.UUID:
-        return await self._submit()
+    async def __call__(self, jobs: int) -> list[uuid.UUID]:
+        return await self._submit(jobs)
 
     async def aclose(self) -> None:
         await self._close()
 
 
+def _accepted(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code != 202:
+        raise RuntimeError(f"submit refused: {response.status_code} {response.text[:200]}")
+    return response.json()
+
+
 async def _submitter(stack: RunStack, via: str, clients: int) -> _Submit:
-    if via == "http":
+    if via in ("http", "http-batch"):
         http = httpx.AsyncClient(base_url=stack.api_url, timeout=30,
                                  limits=httpx.Limits(max_connections=clients, max_keepalive_connections=clients))
 
-        async def over_http() -> uuid.UUID:
-            response = await http.post("/v1/jobs", json=PAYLOAD)
-            if response.status_code != 202:
-                raise RuntimeError(f"submit refused: {response.status_code} {response.text[:200]}")
-            return uuid.UUID(response.json()["id"])
-        return _Submit(over_http, http.aclose)
+        async def over_http(jobs: int) -> list[uuid.UUID]:
+            return [uuid.UUID(_accepted(await http.post("/v1/jobs", json=PAYLOAD))["id"])]
+
+        async def in_batches(jobs: int) -> list[uuid.UUID]:
+            answer = _accepted(await http.post("/v1/jobs/batch", json={"jobs": [PAYLOAD] * jobs}))
+            return [uuid.UUID(job["id"]) for job in answer["jobs"]]
+        if via == "http":
+            return _Submit(over_http, http.aclose)
+        return _Submit(in_batches, http.aclose, BENCH_BATCH_JOBS)
     pool = await db.open_pool_checked(stack.databases.queue_url, max_size=clients, min_size=clients)
     queue = Queue(pool)
     submission = Submission(payload=dict(PAYLOAD), max_attempts=5)
 
-    async def direct() -> uuid.UUID:
-        return (await queue.submit(submission)).id
+    async def direct(jobs: int) -> list[uuid.UUID]:
+        return [(await queue.submit(submission)).id]
     return _Submit(direct, pool.close)
 
 
 async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
-                          points: Sequence[tuple[int, int]], charge_args: Sequence[str] = ()) -> None:
+                          points: Sequence[tuple[int, int]], charge_args: Sequence[str] = (),
+                          kind: str = "charge") -> None:
     for workers, permits in points:
         point = f"{workers}x{permits}"
 
         async def body(workers=workers, permits=permits, point=point) -> Measured:
             async with RunStack(bench, f"{scenario}-{point}-{repeat}", charge_args) as stack:
-                window = await stack.drain(jobs, workers, permits)
+                charge_cpu_before = await stack.charge_cpu_seconds()
+                window = await stack.drain(jobs, workers, permits, kind)
+                charge_cpu = await stack.charge_cpu_seconds() - charge_cpu_before
                 stats = await stack.stop_workers()
                 span = await stack.span()
-                passed, checks = await gate(stack.databases)
+                passed, checks = await gate(stack.databases, waive={
+                    UNCHARGED_CHECK: "no-op jobs have no effect"} if kind == "noop" else None)
             seconds = span["seconds"] or window.seconds
             metrics = {"jobs": span["jobs"], "succeeded": span["succeeded"], "seconds": seconds,
                        "jobs_per_second": span["jobs"] / seconds if seconds else None,
-                       "clients": workers * permits} | worker_time_metrics(stats)
+                       "clients": workers * permits,
+                       "charge_cpu_ms_per_job": 1000 * charge_cpu / span["jobs"] if span["jobs"] else None,
+                       } | worker_time_metrics(stats, span["jobs"])
             return Measured(metrics, passed, checks, [], window)
-        await bench.measure(scenario, point, {"workers": workers, "permits": permits, "jobs": jobs,
+        await bench.measure(scenario, point, {"workers": workers, "permits": permits, "jobs": jobs, "kind": kind,
                                               "charge_args": list(charge_args)}, "jobs_per_second", repeat, body)
 
 
@@ -654,6 +695,12 @@ async def _execute(bench: Bench, repeat: int) -> None:
     p = bench.profile
     points = [(1, c) for c in p.execute_concurrency] + list(p.execute_processes)
     await _execute_points(bench, repeat, "execute", p.execute_jobs, points)
+
+
+async def _noop(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    await _execute_points(bench, repeat, "noop", p.execute_jobs, [(1, c) for c in p.execute_concurrency],
+                          kind="noop")
 
 
 async def _latency(bench: Bench, repeat: int) -> None:
@@ -796,10 +843,13 @@ async def _semaphore(bench: Bench, repeat: int) -> None:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("ingest", "durable submission: over HTTP to the API process, and straight into PostgreSQL",
-             lambda p: 2 * len(p.ingest_clients), _ingest),
+    Scenario("ingest", f"durable submission: over HTTP to the API process one job per request and "
+             f"{BENCH_BATCH_JOBS} per batch request, and straight into PostgreSQL",
+             lambda p: len(INGEST_VIAS) * len(p.ingest_clients), _ingest),
     Scenario("execute", "zero-latency charges: one worker process at each concurrency, then several processes",
              lambda p: len(p.execute_concurrency) + len(p.execute_processes), _execute),
+    Scenario("noop", "no-op jobs: the queue's own cost (claim, lease, fenced finalize), as pgbench and the peers "
+             "measure it", lambda p: len(p.execute_concurrency), _noop),
     Scenario("latency", "execution when every charge takes the profile's charge latency",
              lambda p: len(p.latency_concurrency), _latency),
     Scenario("kill9", "a worker SIGKILLed after its charge committed; time until another finishes the job",

@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Coroutine
 from pathlib import Path
@@ -204,14 +205,17 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
         loop.add_signal_handler(sig, worker.request_stop)
     print(f"worker {worker.worker_id} running ({mechanisms.describe()}); SIGTERM or Ctrl-C stops it", flush=True)
     try:
+        cpu_started = time.process_time()
         stats = await worker.run()
+        cpu_seconds = time.process_time() - cpu_started
         # The pool's own counters (requests_wait_ms, requests_num, ...) tell waits for a connection
         # apart from time spent in PostgreSQL; the benchmark reads them from this line.
         pool_stats = pool.get_stats()
     finally:
         await charges.aclose()
         await pool.close()
-    print(f"worker {worker.worker_id} stopped: {json.dumps(stats.__dict__ | {'pool': pool_stats})}", flush=True)
+    report = stats.__dict__ | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
+    print(f"worker {worker.worker_id} stopped: {json.dumps(report)}", flush=True)
     return 0
 
 
@@ -368,8 +372,6 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import time
-
     from reliableq import bench, bench_report
     scenarios = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()] or None
     unknown = set(scenarios or ()) - set(bench.SCENARIOS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -101,6 +102,23 @@ class Queue:
         })
         return Job.from_row(rows[0])
 
+    async def submit_many(self, submissions: Sequence[Submission],
+                          job_ids: Sequence[uuid.UUID] | None = None) -> list[Job]:
+        """Insert and commit every job in one statement, all or none; returns them in submission order.
+        When this returns, every other connection can see all of them."""
+        if job_ids is None:
+            job_ids = [uuid.uuid4() for _ in submissions]
+        if len(job_ids) != len(submissions):
+            raise ValueError(f"{len(submissions)} submissions but {len(job_ids)} job ids")
+        if not submissions:
+            return []
+        rows = await self._fetch("job_insert_batch", {
+            "job_ids": list(job_ids),
+            "payloads": [Jsonb(s.payload) for s in submissions],
+            "max_attempts": [s.max_attempts for s in submissions],
+        })
+        return [Job.from_row(row) for row in rows]
+
     # -- claiming ---------------------------------------------------------------------------
 
     async def claim(self, limit: int, worker_id: str, lease_seconds: float,
@@ -177,7 +195,20 @@ class Queue:
         return await self._fenced("job_renew_lease", job, finalize=False, lease_seconds=lease_seconds)
 
     async def succeed(self, job: Job) -> bool:
-        return await self._fenced("job_succeed", job)
+        return (await self.succeed_many([job]))[job.id]
+
+    async def succeed_many(self, jobs: Sequence[Job]) -> dict[uuid.UUID, bool]:
+        """Finalize `jobs` as SUCCEEDED in one statement and one commit, each fenced by its own token;
+        whether each won, by job id. A crash at `during_finalize` rolls back the whole group."""
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                cur = await conn.execute(_Q["job_succeed"], {
+                    "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
+                    "fenced": self.mechanisms.fencing})
+                won = {job_id: bool(job_won) for job_id, job_won in await cur.fetchall()}
+                for job in jobs:
+                    await self.faults.reach("during_finalize", job, job.worker_id or "")
+        return won
 
     async def retry(self, job: Job, delay_seconds: float, error: str) -> bool:
         """Back to PENDING, due `delay_seconds` after PostgreSQL's now()."""

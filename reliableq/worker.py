@@ -52,7 +52,61 @@ class WorkerStats:
     charge_calls: int = 0
     charge_seconds_total: float = 0.0
     finalize_calls: int = 0  # succeed/retry/dead updates, lost ones included
+    success_commits: int = 0  # commits of grouped successes (SuccessCommitter)
     finalize_seconds_total: float = 0.0
+
+
+class SuccessCommitter:
+    """Group commit for successes: handlers that finish while a commit is in flight share the next one.
+
+    One statement and one commit then serve many jobs (each row still checked against its own lease
+    token), with no added wait: a lone success is committed at once. At most `max_group` per commit."""
+
+    def __init__(self, queue: Queue, stats: WorkerStats, max_group: int) -> None:
+        self.queue, self.stats, self.max_group = queue, stats, max_group
+        self._waiting: list[tuple[Job, asyncio.Future[bool]]] = []
+        self._committing: asyncio.Task | None = None
+
+    async def succeed(self, job: Job) -> bool:
+        won = asyncio.get_running_loop().create_future()
+        self._waiting.append((job, won))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.create_task(self._commit_waiting())
+        return await won
+
+    async def _commit_waiting(self) -> None:
+        while self._waiting:
+            group, self._waiting = self._waiting[:self.max_group], self._waiting[self.max_group:]
+            self.stats.success_commits += 1
+            try:
+                won = await self.queue.succeed_many([job for job, _ in group])
+            except asyncio.CancelledError:
+                _settle(group, cancel=True)
+                raise
+            except (Exception, WorkerCrashed) as error:  # each handler reacts as to its own finalize failing
+                _settle(group, error=error)
+                continue
+            _settle(group, won=won)
+
+    def abandon(self) -> None:
+        """A crash: whatever was not committed yet stays uncommitted."""
+        if self._committing is not None:
+            self._committing.cancel()
+        _settle(self._waiting, cancel=True)
+        self._waiting = []
+
+
+def _settle(group: list[tuple[Job, asyncio.Future[bool]]], won: dict | None = None,
+            error: BaseException | None = None, cancel: bool = False) -> None:
+    for job, future in group:
+        if future.done():  # its handler was cancelled while it waited
+            continue
+        if cancel:
+            future.cancel()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(won[job.id])
 
 
 class Worker:
@@ -69,6 +123,7 @@ class Worker:
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        self.successes = SuccessCommitter(queue, self.stats, max(settings.concurrency, 1))
 
     @property
     def in_flight(self) -> int:
@@ -146,6 +201,7 @@ class Worker:
             log.warning("worker %s crashed (simulated) at %s", self.worker_id, crash.point)
         self._stopping.set()
         self._wake.set()
+        self.successes.abandon()
         for task in list(self._handlers):
             task.cancel()
 
@@ -168,7 +224,7 @@ class Worker:
         renewer = asyncio.create_task(self._keep_lease(job, effect_done)) if self.mechanisms.leases else None
         started = time.perf_counter()
         try:
-            outcome = await self.charges.charge(job.id, job.payload)
+            outcome = await self._perform(job)
         except Exception as error:  # an answer nobody foresaw: the charge may exist, so retry with the key
             outcome = ChargeOutcome("ambiguous", f"charge call failed: {type(error).__name__}")
         finally:
@@ -180,6 +236,15 @@ class Worker:
                 await asyncio.gather(renewer, return_exceptions=True)
         await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
         await self._finalize(job, outcome)
+
+    async def _perform(self, job: Job) -> ChargeOutcome:
+        """The job's effect, by its kind: a charge through the charge service, or nothing at all
+        (`noop`, how `reliableq bench` measures the queue's own cost, as it measures the peers)."""
+        if job.kind == "charge":
+            return await self.charges.charge(job.id, job.payload)
+        if job.kind == "noop":
+            return ChargeOutcome("ok", "no-op")
+        return ChargeOutcome("permanent", f"no handler for job kind {job.kind!r}")
 
     async def _keep_lease(self, job: Job, effect_done: asyncio.Event) -> None:
         """Renew until `effect_done`. The event, not only cancellation, ends the loop: psycopg can
@@ -226,7 +291,7 @@ class Worker:
 
     async def _finalize_as_classified(self, job: Job, outcome: ChargeOutcome) -> None:
         if outcome.kind == "ok":
-            won, counter = await self.queue.succeed(job), "succeeded"
+            won, counter = await self.successes.succeed(job), "succeeded"
         elif self.mechanisms.dead and outcome.kind == "permanent":
             won, counter = await self.queue.dead(job, f"permanent failure: {outcome.detail}"), "dead"
         elif self.mechanisms.dead and job.attempts >= job.max_attempts:

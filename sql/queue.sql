@@ -14,6 +14,21 @@ WITH inserted AS (
 )
 SELECT * FROM inserted;
 
+-- name: job_insert_batch
+-- Store many submitted jobs and their `submitted` events in one statement (so one commit, and all or
+-- nothing), from parallel arrays of ids, payloads and attempt budgets; returns the jobs in input order.
+WITH submitted AS (
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(payloads)s::jsonb[], %(max_attempts)s::integer[])
+                  WITH ORDINALITY AS s(id, payload, max_attempts, position)
+), inserted AS (
+    INSERT INTO jobs (id, payload, max_attempts)
+    SELECT id, payload, max_attempts FROM submitted ORDER BY position
+    RETURNING *
+), event AS (
+    INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
+)
+SELECT inserted.* FROM inserted JOIN submitted USING (id) ORDER BY submitted.position;
+
 -- name: job_select_due
 -- Due jobs, read without a lock (stage `skip-locked` off): two claimers can read the same rows.
 SELECT id FROM jobs
@@ -124,22 +139,28 @@ WITH renewed AS (
 SELECT EXISTS (SELECT 1 FROM renewed) AS won;
 
 -- name: job_succeed
--- Finalize as SUCCEEDED; the attempt records `succeeded`, or `lost_succeed` when fenced out.
-WITH finalized AS (
+-- Finalize jobs as SUCCEEDED, many in one statement (the worker groups the successes that finish
+-- together into one commit); each attempt records `succeeded`, or `lost_succeed` when fenced out.
+-- Returns every given job id with whether its finalize won.
+WITH owned AS (
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(lease_tokens)s::uuid[]) AS o (job_id, lease_token)
+), finalized AS (
     UPDATE jobs
     SET status = 'SUCCEEDED', finalized_at = now(), updated_at = now(), lease_expires_at = NULL,
         last_error = NULL
-    WHERE id = %(job_id)s
-      AND (NOT %(fenced)s OR (status = 'RUNNING' AND lease_token = %(lease_token)s))
-    RETURNING id
+    FROM owned
+    WHERE jobs.id = owned.job_id
+      AND (NOT %(fenced)s OR (jobs.status = 'RUNNING' AND jobs.lease_token = owned.lease_token))
+    RETURNING jobs.id
 ), recorded AS (
-    UPDATE job_attempts
+    UPDATE job_attempts AS a
     SET finished_at = clock_timestamp(),
-        outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'succeeded' ELSE 'lost_succeed' END
-    WHERE lease_token = %(lease_token)s AND outcome IS DISTINCT FROM 'succeeded'
-      AND outcome IS DISTINCT FROM 'retried' AND outcome IS DISTINCT FROM 'dead'
+        outcome = CASE WHEN owned.job_id IN (SELECT id FROM finalized) THEN 'succeeded' ELSE 'lost_succeed' END
+    FROM owned
+    WHERE a.lease_token = owned.lease_token AND a.outcome IS DISTINCT FROM 'succeeded'
+      AND a.outcome IS DISTINCT FROM 'retried' AND a.outcome IS DISTINCT FROM 'dead'
 )
-SELECT EXISTS (SELECT 1 FROM finalized) AS won;
+SELECT owned.job_id, owned.job_id IN (SELECT id FROM finalized) AS won FROM owned;
 
 -- name: job_retry
 -- Back to PENDING, due `delay_seconds` after PostgreSQL's now(); fenced like every finalize.

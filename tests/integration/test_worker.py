@@ -9,6 +9,9 @@ import time
 import uuid
 from dataclasses import replace
 
+from psycopg.types.json import Jsonb
+
+from reliableq import sql
 from reliableq.charge import ChargeFaults
 from reliableq.config import Mechanisms
 from reliableq.faults import FaultPlan
@@ -16,7 +19,7 @@ from reliableq.harness import LocalSystem, fast_settings, local_system
 from reliableq.ledger import JobCounts
 from reliableq.payload import Submission
 from reliableq.queue import MAX_ERROR_CHARS
-from reliableq.worker import Worker
+from reliableq.worker import SuccessCommitter, Worker, WorkerStats
 
 LEASE = 0.5  # seconds; short, so a crashed worker's job is reclaimable quickly
 
@@ -128,6 +131,36 @@ async def test_crash_during_finalize_rolls_the_finalize_back(databases):
     assert abhcf(c) == (2, 2, 1, 1), c.short()
     # The first attempt's `succeeded` was never committed: its lease simply expired.
     assert [a["outcome"] for a in attempts] == ["expired", "succeeded"]
+
+
+async def test_successes_finishing_together_share_a_commit(make_queue, submission):
+    """Six successes arriving at once take two commits with groups of at most four, and all win."""
+    queue = make_queue()
+    for _ in range(6):
+        await queue.submit(submission())
+    jobs = await queue.claim(6, "worker-1", 30)
+    stats = WorkerStats()
+    committer = SuccessCommitter(queue, stats, max_group=4)
+    assert await asyncio.gather(*(committer.succeed(job) for job in jobs)) == [True] * 6
+    assert stats.success_commits == 2
+    assert await queue.counts() == {"PENDING": 0, "RUNNING": 0, "SUCCEEDED": 6, "DEAD": 0}
+
+
+async def test_jobs_are_handled_by_kind(databases):
+    """A `noop` job succeeds without any charge request; a kind no handler knows goes DEAD saying so."""
+    async with local_system(databases=databases) as system:
+        async with system.queue.pool.connection() as conn:
+            for kind in ("noop", "mystery"):
+                await conn.execute(sql.queries("bench")["job_insert_many"], {
+                    "kind": kind, "payload": Jsonb({"amount_cents": 1250, "currency": "USD"}),
+                    "max_attempts": 5, "jobs": 1})
+        system.start_worker(system.worker(fast_settings()))
+        await system.wait_all_terminal(timeout=10)
+        outcomes = {c.status: c for c in await system.counts()}
+        (mystery,) = await system.queue.list("DEAD")
+    assert abhcf(outcomes["SUCCEEDED"]) == (1, 0, 0, 1)
+    assert abhcf(outcomes["DEAD"]) == (1, 0, 0, 0)  # F counts successful finalizes
+    assert "no handler for job kind 'mystery'" in mystery.last_error
 
 
 # -- leases ---------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ import asyncio
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan
+from reliableq.faults import FaultPlan, WorkerCrashed
 from tests.conftest import worker_name
 
 LEASE = 30.0
@@ -208,3 +209,25 @@ async def test_dead_error_is_sanitised(make_queue, submission):
     await queue.dead(job, raw)
     stored = (await queue.get(job.id)).last_error
     assert "hunter2" not in stored and "\n" not in stored and len(stored) <= 500
+
+
+async def test_grouped_successes_are_fenced_one_by_one(make_queue, submission):
+    """One statement finalizes a group: the owners win, the stale owner in the same group loses and
+    its attempt says so; a crash during the group's commit rolls back every success in it."""
+    queue = make_queue()
+    stale, current = await _stale_and_current(queue, submission)
+    await queue.submit(submission())
+    (fresh,) = await queue.claim(1, "w", LEASE)
+    won = await queue.succeed_many([fresh, stale])
+    assert won == {fresh.id: True, stale.id: False}
+    assert [a["outcome"] for a in await queue.attempts_of(stale.id)] == ["lost_succeed", None]
+    assert (await queue.get(current.id)).status == "RUNNING"
+
+    faults = FaultPlan()
+    faults.arm_crash("during_finalize")
+    crashing = make_queue(faults=faults)
+    await queue.submit(submission())
+    (other,) = await queue.claim(1, "w", LEASE)
+    with pytest.raises(WorkerCrashed):
+        await crashing.succeed_many([current, other])
+    assert {(await queue.get(j.id)).status for j in (current, other)} == {"RUNNING"}
