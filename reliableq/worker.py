@@ -26,6 +26,7 @@ from reliableq.backoff import Backoff
 from reliableq.charge import ChargeClient, ChargeOutcome
 from reliableq.config import WorkerSettings
 from reliableq.faults import FaultPlan, WorkerCrashed
+from reliableq.group_commit import GroupCommitter
 from reliableq.queue import Job, Queue
 
 log = logging.getLogger("reliableq.worker")
@@ -52,61 +53,8 @@ class WorkerStats:
     charge_calls: int = 0
     charge_seconds_total: float = 0.0
     finalize_calls: int = 0  # succeed/retry/dead updates, lost ones included
-    success_commits: int = 0  # commits of grouped successes (SuccessCommitter)
+    success_commits: int = 0  # commits of grouped successes (several jobs each under load)
     finalize_seconds_total: float = 0.0
-
-
-class SuccessCommitter:
-    """Group commit for successes: handlers that finish while a commit is in flight share the next one.
-
-    One statement and one commit then serve many jobs (each row still checked against its own lease
-    token), with no added wait: a lone success is committed at once. At most `max_group` per commit."""
-
-    def __init__(self, queue: Queue, stats: WorkerStats, max_group: int) -> None:
-        self.queue, self.stats, self.max_group = queue, stats, max_group
-        self._waiting: list[tuple[Job, asyncio.Future[bool]]] = []
-        self._committing: asyncio.Task | None = None
-
-    async def succeed(self, job: Job) -> bool:
-        won = asyncio.get_running_loop().create_future()
-        self._waiting.append((job, won))
-        if self._committing is None or self._committing.done():
-            self._committing = asyncio.create_task(self._commit_waiting())
-        return await won
-
-    async def _commit_waiting(self) -> None:
-        while self._waiting:
-            group, self._waiting = self._waiting[:self.max_group], self._waiting[self.max_group:]
-            self.stats.success_commits += 1
-            try:
-                won = await self.queue.succeed_many([job for job, _ in group])
-            except asyncio.CancelledError:
-                _settle(group, cancel=True)
-                raise
-            except (Exception, WorkerCrashed) as error:  # each handler reacts as to its own finalize failing
-                _settle(group, error=error)
-                continue
-            _settle(group, won=won)
-
-    def abandon(self) -> None:
-        """A crash: whatever was not committed yet stays uncommitted."""
-        if self._committing is not None:
-            self._committing.cancel()
-        _settle(self._waiting, cancel=True)
-        self._waiting = []
-
-
-def _settle(group: list[tuple[Job, asyncio.Future[bool]]], won: dict | None = None,
-            error: BaseException | None = None, cancel: bool = False) -> None:
-    for job, future in group:
-        if future.done():  # its handler was cancelled while it waited
-            continue
-        if cancel:
-            future.cancel()
-        elif error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(won[job.id])
 
 
 class Worker:
@@ -123,7 +71,8 @@ class Worker:
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
-        self.successes = SuccessCommitter(queue, self.stats, max(settings.concurrency, 1))
+        # Successes that finish together share one fenced statement and one commit.
+        self.successes = GroupCommitter(self._succeed_group, max(settings.concurrency, 1))
 
     @property
     def in_flight(self) -> int:
@@ -246,6 +195,11 @@ class Worker:
             return ChargeOutcome("ok", "no-op")
         return ChargeOutcome("permanent", f"no handler for job kind {job.kind!r}")
 
+    async def _succeed_group(self, jobs: list[Job]) -> list[bool]:
+        self.stats.success_commits += 1
+        won = await self.queue.succeed_many(jobs)
+        return [won[job.id] for job in jobs]
+
     async def _keep_lease(self, job: Job, effect_done: asyncio.Event) -> None:
         """Renew until `effect_done`. The event, not only cancellation, ends the loop: psycopg can
         absorb a cancellation that lands mid-query, and a renewer that outlived its handler would
@@ -291,7 +245,7 @@ class Worker:
 
     async def _finalize_as_classified(self, job: Job, outcome: ChargeOutcome) -> None:
         if outcome.kind == "ok":
-            won, counter = await self.successes.succeed(job), "succeeded"
+            won, counter = await self.successes.submit(job), "succeeded"
         elif self.mechanisms.dead and outcome.kind == "permanent":
             won, counter = await self.queue.dead(job, f"permanent failure: {outcome.detail}"), "dead"
         elif self.mechanisms.dead and job.attempts >= job.max_attempts:

@@ -19,7 +19,7 @@ from reliableq.harness import LocalSystem, fast_settings, local_system
 from reliableq.ledger import JobCounts
 from reliableq.payload import Submission
 from reliableq.queue import MAX_ERROR_CHARS
-from reliableq.worker import SuccessCommitter, Worker, WorkerStats
+from reliableq.worker import Worker
 
 LEASE = 0.5  # seconds; short, so a crashed worker's job is reclaimable quickly
 
@@ -133,17 +133,16 @@ async def test_crash_during_finalize_rolls_the_finalize_back(databases):
     assert [a["outcome"] for a in attempts] == ["expired", "succeeded"]
 
 
-async def test_successes_finishing_together_share_a_commit(make_queue, submission):
-    """Six successes arriving at once take two commits with groups of at most four, and all win."""
-    queue = make_queue()
-    for _ in range(6):
-        await queue.submit(submission())
-    jobs = await queue.claim(6, "worker-1", 30)
-    stats = WorkerStats()
-    committer = SuccessCommitter(queue, stats, max_group=4)
-    assert await asyncio.gather(*(committer.succeed(job) for job in jobs)) == [True] * 6
-    assert stats.success_commits == 2
-    assert await queue.counts() == {"PENDING": 0, "RUNNING": 0, "SUCCEEDED": 6, "DEAD": 0}
+async def test_successes_finishing_together_share_a_commit(databases):
+    """Six successes arriving at once, with four permits: two commits (four, then two), and all win."""
+    async with local_system(databases=databases) as system:
+        for amount in range(1000, 1006):
+            await system.submit_http(amount)
+        worker = system.worker(fast_settings(concurrency=4))
+        jobs = await system.queue.claim(6, worker.worker_id, 30)
+        assert await asyncio.gather(*(worker.successes.submit(job) for job in jobs)) == [True] * 6
+        assert worker.stats.success_commits == 2
+        assert (await system.queue.counts())["SUCCEEDED"] == 6
 
 
 async def test_jobs_are_handled_by_kind(databases):

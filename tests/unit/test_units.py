@@ -152,3 +152,35 @@ async def test_served_connections_turn_nagle_off():
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_group_commit_groups_waiting_callers_and_fails_only_their_group():
+    """The first caller commits alone; the ones that queue behind it share groups of at most
+    `max_group`, each getting its own result; a failed commit fails its group and no other."""
+    import asyncio
+
+    from reliableq.group_commit import GroupCommitter
+
+    groups: list[list[int]] = []
+    first_commit_started = asyncio.Event()
+    release_first = asyncio.Event()
+
+    async def commit(items: list[int]) -> list[int]:
+        groups.append(items)
+        if len(groups) == 1:
+            first_commit_started.set()
+            await release_first.wait()
+        if 13 in items:
+            raise RuntimeError("disk full")
+        return [item * 10 for item in items]
+
+    committer = GroupCommitter(commit, max_group=3)
+    first = asyncio.ensure_future(committer.submit(1))
+    await first_commit_started.wait()
+    rest = [asyncio.ensure_future(committer.submit(n)) for n in (11, 12, 13, 21, 22)]
+    await asyncio.sleep(0)  # let every caller queue up behind the running commit
+    release_first.set()
+    results = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert groups == [[1], [11, 12, 13], [21, 22]]
+    assert results[0] == 10 and results[4:] == [210, 220]
+    assert all(isinstance(r, RuntimeError) for r in results[1:4])

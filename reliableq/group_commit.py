@@ -1,0 +1,71 @@
+"""Group commit: callers that arrive while a commit is in flight share the next one.
+
+A commit costs a round trip, a WAL flush and (in Python) a good deal of driver CPU whatever it holds;
+grouping pays that once for many rows. Nobody waits for a group to fill: a lone caller is committed at
+once, and a group forms only from the callers that queued up behind a commit already running. Each
+caller still learns its own result, and a failed commit fails every caller in its group, none of which
+was acknowledged. Used by the worker for successes and by the API for single submissions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+from reliableq.faults import WorkerCrashed
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class GroupCommitter(Generic[Item, Result]):
+    """`commit(items)` stores a group and returns one result per item, in order."""
+
+    def __init__(self, commit: Callable[[list[Item]], Awaitable[Sequence[Result]]], max_group: int) -> None:
+        if max_group < 1:
+            raise ValueError("a group holds at least one item")
+        self._commit, self.max_group = commit, max_group
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._committing: asyncio.Task | None = None
+
+    async def submit(self, item: Item) -> Result:
+        """Commit `item` with whichever others are waiting; its result once the group committed."""
+        result = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, result))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.create_task(self._commit_waiting())
+        return await result
+
+    async def _commit_waiting(self) -> None:
+        while self._waiting:
+            group, self._waiting = self._waiting[:self.max_group], self._waiting[self.max_group:]
+            try:
+                results = await self._commit([item for item, _ in group])
+            except asyncio.CancelledError:
+                _settle(group, cancel=True)
+                raise
+            except (Exception, WorkerCrashed) as error:  # each caller reacts as to its own commit failing
+                _settle(group, error=error)
+                continue
+            _settle(group, results=results)
+
+    def abandon(self) -> None:
+        """As a crash would: whatever is not committed yet stays uncommitted, and its callers are cancelled."""
+        if self._committing is not None:
+            self._committing.cancel()
+        _settle(self._waiting, cancel=True)
+        self._waiting = []
+
+
+def _settle(group: list[tuple[Item, asyncio.Future]], results: Sequence | None = None,
+            error: BaseException | None = None, cancel: bool = False) -> None:
+    for index, (_, future) in enumerate(group):
+        if future.done():  # its caller was cancelled while it waited
+            continue
+        if cancel:
+            future.cancel()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(results[index])
