@@ -207,24 +207,24 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
 async def _charge_once(conn, charge: dict[str, Any], key: str | None, log_request) -> tuple[int, dict[str, Any]]:
     """Create the charge for `key` once; a repeat returns the original or conflicts."""
     sha = _payload_sha256(charge)
-    async with conn.transaction():
-        cur = conn.cursor(row_factory=dict_row)
-        await cur.execute(_Q["charge_insert_once"], {
-            "idempotency_key": key, "job_id": charge["job_id"], "amount_cents": charge["amount_cents"],
-            "currency": charge["currency"], "payload_sha256": sha,
-        })
-        created = await cur.fetchone()
-        if created:
-            await log_request(conn, charge, key, "created", 201, created["id"])
-            return 201, _charge_json(created, replayed=False)
-        # ON CONFLICT waited for any concurrent insert of this key to commit, so the row is visible.
-        await cur.execute(_Q["charge_get_by_key"], {"idempotency_key": key})
-        original = await cur.fetchone()
-        if original["payload_sha256"] != sha:
-            await log_request(conn, charge, key, "conflict", 409, original["id"])
-            return 409, {"error": "idempotency key reused with a different payload", "charge_id": str(original["id"])}
-        await log_request(conn, charge, key, "replayed", 200, original["id"])
-        return 200, _charge_json(original, replayed=True)
+    # Each statement commits on its own (the pool's connections autocommit): the charge and its
+    # `created` log row are one statement; a repeat only reads and logs, so it needs no transaction.
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(_Q["charge_insert_once"], {
+        "idempotency_key": key, "job_id": charge["job_id"], "amount_cents": charge["amount_cents"],
+        "currency": charge["currency"], "payload_sha256": sha,
+    })
+    created = await cur.fetchone()
+    if created:
+        return 201, _charge_json(created, replayed=False)
+    # ON CONFLICT waited for any concurrent insert of this key to commit, so the row is visible.
+    await cur.execute(_Q["charge_get_by_key"], {"idempotency_key": key})
+    original = await cur.fetchone()
+    if original["payload_sha256"] != sha:
+        await log_request(conn, charge, key, "conflict", 409, original["id"])
+        return 409, {"error": "idempotency key reused with a different payload", "charge_id": str(original["id"])}
+    await log_request(conn, charge, key, "replayed", 200, original["id"])
+    return 200, _charge_json(original, replayed=True)
 
 
 def _charge_json(row: dict[str, Any], replayed: bool) -> dict[str, Any]:
