@@ -23,6 +23,7 @@ Layout (one noun per module):
     processes real `reliableq` processes on loopback: spawn, wait for readiness, signal, stop
     bench     `reliableq bench`: scenarios against real processes, gated by the invariants, beside pgbench
     bench_report the benchmark's files: JSON, CSV, charts and the markdown report
+    peers     the benchmark's peers, pgqueuer and procrastinate, each run in its own process
     cli       the `reliableq` command
 
 The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism.

@@ -13,7 +13,6 @@ Files (JSON, CSV, PNG, markdown) are written by `reliableq.bench_report`.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -32,7 +31,7 @@ import httpx
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from reliableq import db, invariants, processes, sql
+from reliableq import db, invariants, peers, processes, sql
 from reliableq.charge import idempotency_key
 from reliableq.invariants import Check
 from reliableq.ledger import job_counts
@@ -175,7 +174,7 @@ class RunResult:
 class Baseline:
     """What bounds us, measured in the same run on the same server."""
 
-    tool: str  # pgbench-insert | pgbench-claim-finalize | pgqueuer | procrastinate
+    tool: str  # pgbench-insert | pgbench-claim | <peer>-enqueue | <peer>-execute | <peer> (a note: not installed)
     clients: int
     per_second: float | None
     note: str = ""
@@ -434,8 +433,9 @@ class Bench:
         self.scenarios = list(scenarios or SCENARIOS)
         self.off = list(off)  # mechanisms switched off in every worker (the gate's own tests break runs so)
         self.with_baselines = baselines
+        baseline_steps = len(self.pgbench_clients()) + len(self.peer_points()) * sum(map(peers.installed, peers.PEERS))
         self.progress = Progress(sum(SCENARIOS[s].steps(profile) for s in self.scenarios) * profile.repeats
-                                 + (len(self.pgbench_clients()) if baselines else 0), enabled=progress)
+                                 + (baseline_steps if baselines else 0), enabled=progress)
         self.runs: list[RunResult] = []
         self.templates: db.Databases | None = None
 
@@ -497,6 +497,15 @@ class Bench:
             claim |= set(p.latency_concurrency)
         return [("insert", c) for c in sorted(insert)] + [("claim", c) for c in sorted(claim)]
 
+    def peer_points(self) -> list[tuple[str, int]]:
+        """(mode, concurrency) each installed peer runs at: our ingestion client counts, and the concurrencies
+        of our one-process execution (a peer runs one worker process)."""
+        p = self.profile
+        points = [("ingest", c) for c in sorted(set(p.ingest_clients))] if "ingest" in self.scenarios else []
+        if {"execute", "noop"} & set(self.scenarios):
+            points += [("execute", c) for c in sorted(set(p.execute_concurrency))]
+        return points
+
     async def baselines(self) -> list[Baseline]:
         found: list[Baseline] = []
         binary = pgbench_binary()
@@ -506,10 +515,16 @@ class Bench:
             else:
                 found.append(await self.pgbench(binary, kind, clients))
             self.progress.step(f"pgbench {kind} c={clients}")
-        for peer in ("pgqueuer", "procrastinate"):
-            note = ("installed, but this harness has no runner for it yet" if importlib.util.find_spec(peer)
-                    else "not installed (pip install 'reliableq[peers]')")
-            found.append(Baseline(peer, 0, None, note))
+        for peer in peers.PEERS:
+            if not peers.installed(peer):
+                found.append(Baseline(peer, 0, None, "not installed (pip install 'reliableq[peers]')"))
+                continue
+            for mode, clients in self.peer_points():
+                jobs = self.profile.ingest_jobs if mode == "ingest" else self.profile.execute_jobs
+                run = await peers.measure(peer, mode, jobs, clients, self.profile.settle_seconds)
+                found.append(Baseline(run.tool, clients, run.per_second,
+                                      run.note or f"{peer} {run.version} over psycopg 3, {jobs} no-op jobs"))
+                self.progress.step(f"{run.tool} c={clients}" + ("" if run.per_second else "  no figure"))
         return found
 
     async def pgbench(self, binary: Path, kind: str, clients: int) -> Baseline:

@@ -1,7 +1,8 @@
 """The benchmark's files: results.json, runs.csv, baselines.csv, charts (PNG) and report.md.
 
 Every figure of ours is set beside what bounds it, measured in the same run: pgbench's one-row insert
-for ingestion, pgbench's claim+finalize cycle for execution, at the same client count. Failed runs are
+for ingestion, pgbench's claim+finalize cycle for execution, at the same client count, and beside the
+peers (pgqueuer, procrastinate: `reliableq.peers`) enqueueing and running no-op jobs. Failed runs are
 listed with the invariant they broke and kept out of every mean and chart. This module only formats;
 it measures nothing and judges nothing the gate did not already judge.
 """
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from reliableq import peers
 from reliableq.bench import BENCH_BATCH_JOBS, SCENARIOS, BenchResult, RunResult
 
 
@@ -79,25 +81,34 @@ def _baseline(result: BenchResult, tool: str, clients: int) -> float | None:
     return None
 
 
+def _bounds(scenario: str, params: dict[str, Any]) -> tuple[list[str], int]:
+    """What a point of ours is set beside, and the client count the baselines must match: pgbench's bound
+    first, then each peer doing the same kind of work (none for latency: the peers' jobs do nothing)."""
+    if scenario == "ingest":
+        # Batch points too: pgbench commits one row per transaction; the ratio shows what grouping buys.
+        return ["pgbench-insert", *(peers.tool(p, "ingest") for p in peers.PEERS)], params["clients"]
+    if scenario in ("execute", "noop", "latency"):
+        tools = ["pgbench-claim"] + ([peers.tool(p, "execute") for p in peers.PEERS] if scenario != "latency" else [])
+        return tools, params["workers"] * params["permits"]
+    return [], 0
+
+
 def ratios(result: BenchResult) -> list[dict[str, Any]]:
-    """Each passing mean of ours over the bound measured at the same client count in the same run."""
+    """Each passing mean of ours over each bound measured at the same client count in the same run."""
+    measured = {b.tool for b in result.baselines}
     rows = []
     for row in result.summary():
         if row["mean"] is None:
             continue
         runs = [r for r in result.runs if (r.scenario, r.point) == (row["scenario"], row["point"]) and r.passed]
-        params = runs[0].params
-        if row["scenario"] == "ingest":
-            # Batch points too: pgbench commits one row per transaction; the ratio shows what grouping buys.
-            tool, clients = "pgbench-insert", params["clients"]
-        elif row["scenario"] in ("execute", "noop", "latency"):
-            tool, clients = "pgbench-claim", params["workers"] * params["permits"]
-        else:
-            continue
-        bound = _baseline(result, tool, clients)
-        rows.append({"scenario": row["scenario"], "point": row["point"], "ours_per_second": row["mean"],
-                     "baseline": f"{tool} c={clients}", "baseline_per_second": bound,
-                     "ratio": row["mean"] / bound if bound else None})
+        tools, clients = _bounds(row["scenario"], runs[0].params)
+        for tool in tools:
+            if tool not in measured and not tool.startswith("pgbench"):
+                continue  # a peer that is not installed: the baselines table says so
+            bound = _baseline(result, tool, clients)
+            rows.append({"scenario": row["scenario"], "point": row["point"], "ours_per_second": row["mean"],
+                         "baseline": f"{tool} c={clients}", "baseline_per_second": bound,
+                         "ratio": row["mean"] / bound if bound else None})
     return rows
 
 
@@ -125,9 +136,15 @@ def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
         row = summary.get((scenario, point))
         return row["mean"] if row else None
 
-    def pgbench_series(tool: str) -> tuple[list[int], list[float]]:
+    def baseline_series(tool: str) -> tuple[list[int], list[float]]:
         points = sorted((b.clients, b.per_second) for b in result.baselines if b.tool == tool and b.per_second)
         return [c for c, _ in points], [v for _, v in points]
+
+    def plot_peers(ax, mode: str, doing: str) -> None:
+        for peer, style in zip(peers.PEERS, ("v:", "x:"), strict=True):
+            xs, ys = baseline_series(peers.tool(peer, mode))
+            if xs:  # a peer not installed gets no legend entry
+                ax.plot(xs, ys, style, label=f"{peer}, {doing}")
 
     ingest_clients = sorted({r.params["clients"] for r in passed if r.scenario == "ingest"})
     if ingest_clients:
@@ -135,7 +152,8 @@ def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
         for via, style in (("http", "o-"), ("http-batch", "^-"), ("direct", "s-")):
             xs = [c for c in ingest_clients if mean_of("ingest", f"{via} c={c}") is not None]
             ax.plot(xs, [mean_of("ingest", f"{via} c={c}") for c in xs], style, label=f"ours, {via}")
-        ax.plot(*pgbench_series("pgbench-insert"), "k--", label="pgbench one-row insert")
+        ax.plot(*baseline_series("pgbench-insert"), "k--", label="pgbench one-row insert")
+        plot_peers(ax, "ingest", "one job per call")
         ax.set(xscale="log", yscale="log", xlabel="clients", ylabel="jobs/s", title="Durable ingestion")
         ax.set_xticks(ingest_clients, [str(c) for c in ingest_clients])
         ax.legend()
@@ -154,7 +172,8 @@ def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
                         if r.scenario == "execute" and r.params["workers"] > 1})
         for clients, point in multi:
             ax.plot([clients], [mean_of("execute", point)], "D", label=f"ours, {point} processes")
-        ax.plot(*pgbench_series("pgbench-claim"), "k--", label="pgbench claim+finalize")
+        ax.plot(*baseline_series("pgbench-claim"), "k--", label="pgbench claim+finalize")
+        plot_peers(ax, "execute", "no-op jobs")
         ax.set(xscale="log", yscale="log", xlabel="concurrency (permits in total)", ylabel="jobs/s",
                title="Execution throughput")
         ax.legend(fontsize=8)
@@ -217,7 +236,9 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
              ""]
     lines += ["## Ours against what bounds us", "",
               "Ratio = our mean over the bound measured in this run, on the same server, at the same client count "
-              "(pgbench with the queue's own table and indexes: `sql/bench_pgbench_*.sql`).", ""]
+              "(pgbench with the queue's own table and indexes: `sql/bench_pgbench_*.sql`; pgqueuer and "
+              "procrastinate through their own APIs, each run in its own process on a fresh database, enqueueing "
+              "one job per call or running no-op jobs with one worker: `reliableq/peers.py`).", ""]
     lines += _table(["scenario", "point", "ours /s", "bound", "bound /s", "ratio"],
                     [[r["scenario"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"],
                       None if r["ratio"] is None else f"{r['ratio']:.2f}"] for r in ratios(result)])

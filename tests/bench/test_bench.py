@@ -11,7 +11,7 @@ import uuid
 import psycopg
 import pytest
 
-from reliableq import bench, sql
+from reliableq import bench, peers, sql
 from reliableq.bench import RunResult, Sample, Window, keep_in_window, summarize
 
 CHARGE_CHECK = "at most one charge per job and per idempotency key"
@@ -61,7 +61,11 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     for name in ("results.json", "runs.csv", "baselines.csv", "report.md", "execute.png", "ingest.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     written = json.loads((tmp_path / "results.json").read_text())
-    assert {b["tool"] for b in written["baselines"]} >= {"pgbench-insert", "pgbench-claim", "pgqueuer"}
+    tools = {b["tool"] for b in written["baselines"]}
+    assert tools >= {"pgbench-insert", "pgbench-claim"}
+    for peer in peers.PEERS:  # a row with a rate per point when installed, else one row with a note
+        assert tools >= ({peers.tool(peer, "ingest"), peers.tool(peer, "execute")} if peers.installed(peer) else {peer})
+        assert all(b["per_second"] for b in written["baselines"] if b["tool"].startswith(f"{peer}-")), peer
     assert "## Where the time goes" in (tmp_path / "report.md").read_text()
 
 

@@ -1,0 +1,133 @@
+"""The benchmark's peers: each runner, in its own process on real PostgreSQL, has a rate only when its
+exactly-once check held, and a run that breaks the check has a note instead; the command line refuses bad
+arguments; the bench's baselines have a row per peer point, or a note for a peer that is not installed,
+and the report sets each figure of ours beside each peer at the same client count. Rates are never
+asserted beyond being positive."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from reliableq import bench, bench_report, db, peers
+from reliableq.bench import Baseline, BenchResult, RunResult
+
+
+def _needs(peer: str) -> None:
+    if not peers.installed(peer):
+        pytest.skip(f"{peer} is not installed (pip install -e '.[peers]')")
+
+
+@pytest.fixture
+def empty_database():
+    """A fresh, empty database on the test server, dropped afterwards."""
+    admin_url = db.server_url()
+    name = f"rq_peertest_{uuid.uuid4().hex[:10]}"
+    url = db.create_database(admin_url, name)
+    try:
+        yield url
+    finally:
+        db.drop_database(admin_url, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", peers.MODES)
+@pytest.mark.parametrize("peer", peers.PEERS)
+async def test_a_peer_run_in_its_own_process_has_a_rate_and_its_check_held(peer, mode):
+    """Through the same path the bench takes: a fresh database, a process, one JSON line back."""
+    _needs(peer)
+    run = await peers.measure(peer, mode, jobs=20, concurrency=2, timeout=60)
+    assert (run.exactly_once, run.note) == (True, "")
+    assert run.per_second > 0
+    assert run.tool == f"{peer}-{'enqueue' if mode == 'ingest' else 'execute'}"
+
+
+@pytest.mark.parametrize("peer", peers.PEERS)
+async def test_a_worker_that_runs_nothing_breaks_the_check_and_gets_a_note_not_a_rate(peer, empty_database,
+                                                                                     monkeypatch):
+    """The checker failing: jobs preloaded, a worker that never runs them; the peer's own tables say so."""
+    _needs(peer)
+
+    async def run_nothing(self, concurrency: int) -> None:
+        return None
+    monkeypatch.setattr(peers.RUNNERS[peer], "execute", run_nothing)
+    run = await peers.run(peer, "execute", 5, 2, empty_database)
+    assert not run.exactly_once and run.per_second is None
+    assert run.note == "check failed: of 5 jobs 0 ran exactly once (0 runs), 0 completed exactly once, 5 still waiting"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["nope", "ingest"], "invalid choice: 'nope'"),
+    (["pgqueuer", "run"], "invalid choice: 'run'"),
+    (["pgqueuer", "ingest", "--jobs", "0"], "--jobs: must be at least 1"),
+    (["pgqueuer", "ingest", "--concurrency", "two"], "--concurrency: not a whole number"),
+    (["pgqueuer", "ingest", "--dsn", "not a dsn"], "--dsn: not a PostgreSQL URL"),
+    (["pgqueuer", "ingest", "--dsn", "postgresql://localhost"], "--dsn: name the database"),
+])
+def test_the_command_line_refuses_bad_arguments(args, says):
+    given = {"--jobs": "5", "--concurrency": "2", "--dsn": "dbname=rq_peers_never_used"}
+    for flag in given:
+        if flag not in args:
+            args = [*args, flag, given[flag]]
+    done = subprocess.run([sys.executable, "-m", "reliableq.peers", *args], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert done.stdout == ""
+
+
+def test_the_command_line_refuses_a_pgqueuer_worker_of_one():
+    """pgqueuer caps a worker at max_concurrent_tasks >= 2 x batch_size: one job at a time is refused."""
+    _needs("pgqueuer")
+    done = subprocess.run([sys.executable, "-m", "reliableq.peers", "pgqueuer", "execute", "--jobs", "5",
+                           "--concurrency", "1", "--dsn", "dbname=rq_peers_never_used"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "cannot cap a worker at one job" in done.stderr
+
+
+async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(tmp_path, monkeypatch):
+    """Each installed peer runs at our ingest client counts and our one-process concurrencies; a run
+    without a rate keeps its note."""
+    monkeypatch.setattr(bench, "pgbench_binary", lambda: None)
+    monkeypatch.setattr(peers, "installed", lambda peer: True)
+    asked = []
+
+    async def fake_measure(peer, mode, jobs, concurrency, timeout):
+        asked.append((peer, mode, jobs, concurrency))
+        if peer == "pgqueuer" and mode == "execute":
+            return peers.PeerRun(peer, mode, jobs, concurrency, note="check failed: ...")
+        return peers.PeerRun(peer, mode, jobs, concurrency, exactly_once=True, per_second=100.0, version="9")
+    monkeypatch.setattr(peers, "measure", fake_measure)
+    profile = bench.PROFILES["quick"]
+    found = await bench.Bench(profile, tmp_path, ["ingest", "execute"], progress=False).baselines()
+    points = [("ingest", c, profile.ingest_jobs) for c in (1, 4, 16)] + \
+             [("execute", c, profile.execute_jobs) for c in (1, 2, 4, 8, 16)]
+    assert asked == [(peer, mode, jobs, c) for peer in peers.PEERS for mode, c, jobs in points]
+    rows = {(b.tool, b.clients): b for b in found}
+    assert rows[("procrastinate-enqueue", 4)].per_second == 100.0
+    assert rows[("procrastinate-execute", 16)].note.startswith("procrastinate 9 over psycopg 3")
+    assert (rows[("pgqueuer-execute", 2)].per_second, rows[("pgqueuer-execute", 2)].note) == (None, "check failed: ...")
+
+
+async def test_baselines_note_a_peer_that_is_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "pgbench_binary", lambda: None)
+    monkeypatch.setattr(peers, "installed", lambda peer: False)
+    found = await bench.Bench(bench.PROFILES["tiny"], tmp_path, ["ingest", "execute"], progress=False).baselines()
+    notes = {b.tool: b.note for b in found if not b.tool.startswith("pgbench")}
+    assert notes == {peer: "not installed (pip install 'reliableq[peers]')" for peer in peers.PEERS}
+
+
+def test_the_report_sets_ours_beside_each_peer_at_the_same_client_count():
+    """One ratio row per bound measured; a peer that is not installed gets none."""
+    ours = RunResult("ingest", "direct c=4", {"clients": 4, "via": "direct"}, "jobs_per_second",
+                     {"jobs_per_second": 300.0}, passed=True)
+    result = BenchResult("tiny", 0, "", [ours], [
+        Baseline("pgbench-insert", 4, 600.0), Baseline("pgqueuer-enqueue", 4, 150.0),
+        Baseline("pgqueuer-enqueue", 16, 999.0), Baseline("procrastinate", 0, None, "not installed")], {})
+    rows = bench_report.ratios(result)
+    assert [(r["baseline"], r["ratio"]) for r in rows] == [("pgbench-insert c=4", 0.5),
+                                                           ("pgqueuer-enqueue c=4", 2.0)]
