@@ -291,23 +291,33 @@ def _highlights(run: RunResult) -> str:
     return ", ".join(f"{k}={_cell(run.metrics[k])}" for k in _HIGHLIGHT_KEYS if run.metrics.get(k) is not None)
 
 
+def _cpu_note(m: dict[str, Any], cpus: int) -> str:
+    """CPU per job in our Python processes: on a small machine, what bounds throughput once waits are gone."""
+    worker, charge = m.get("worker_cpu_ms_per_job"), m.get("charge_cpu_ms_per_job")
+    if worker is None or charge is None:
+        return ""
+    return (f" CPU per job: worker {worker:.2f} ms, charge service {charge:.2f} ms; those alone cap {cpus} "
+            f"cores at {1000 * cpus / (worker + charge):,.0f} jobs/s, before PostgreSQL's share.")
+
+
 def where_time_goes(result: BenchResult) -> list[str]:
     """From the workers' own counters and the ingestion pairs: what a job spends its time on."""
     lines = []
     summary = {(r["scenario"], r["point"]): r["mean"] for r in result.summary()}
     for r in result.runs:
-        if r.scenario != "execute" or not r.passed or r.metrics.get("claim_mean_ms") is None:
+        if r.scenario not in ("execute", "noop") or not r.passed or r.metrics.get("claim_mean_ms") is None:
             continue
         m = r.metrics
         per_claim = m["jobs_per_claim"] or 1
         busy_ms = m["claim_mean_ms"] / per_claim + (m["charge_mean_ms"] or 0) + (m["finalize_mean_ms"] or 0)
-        lines.append(f"- execute {r.point}: per job {busy_ms:.2f} ms of awaited work = claim "
-                     f"{m['claim_mean_ms']:.2f} ms / {per_claim:.1f} jobs per claim + charge HTTP "
-                     f"{m['charge_mean_ms'] or 0:.2f} ms + finalize {m['finalize_mean_ms'] or 0:.2f} ms; pool wait "
+        lines.append(f"- {r.scenario} {r.point}: per job {busy_ms:.2f} ms of awaited work = claim "
+                     f"{m['claim_mean_ms']:.2f} ms / {per_claim:.1f} jobs per claim + effect "
+                     f"{m['charge_mean_ms'] or 0:.2f} ms + finalize {m['finalize_mean_ms'] or 0:.2f} ms "
+                     f"({m.get('jobs_per_success_commit') or 1:.1f} jobs per commit); pool wait "
                      f"{m['pool_wait_mean_ms'] or 0:.2f} ms per connection request "
                      f"({m['pool_queued']} of {m['pool_requests']} requests queued). "
                      f"{m['clients']} permits at that pace would give {1000 * m['clients'] / busy_ms:,.0f} jobs/s; "
-                     f"measured {m['jobs_per_second']:,.0f}.")
+                     f"measured {m['jobs_per_second']:,.0f}." + _cpu_note(m, result.environment.get("cpus") or 1))
     for key, mean in summary.items():
         if key[0] == "ingest" and key[1].startswith("http c=") and mean:
             direct = summary.get(("ingest", key[1].replace("http", "direct")))
