@@ -101,7 +101,20 @@ async def _read(dsn: str, query: str, params: dict | None = None) -> dict:
 
 # -- the peers --------------------------------------------------------------------------------------
 
-class PgQueuerRunner:
+class _PeerRunner:
+    """What every runner keeps: where the peer's database is, and how often the handler ran each job."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.handled: Counter[int] = Counter()
+
+    @staticmethod
+    def unsupported(mode: str, concurrency: int) -> str | None:
+        """Why this peer cannot run `mode` at `concurrency`, or None when it can."""
+        return None
+
+
+class PgQueuerRunner(_PeerRunner):
     """pgqueuer over its psycopg 3 driver, which wraps one connection: so one per client, and one for the
     worker, as pgqueuer's own benchmark does. That driver shares the worker's connection between queries
     and its NOTIFY watcher, which holds it for up to a second while no notification comes: a drain here
@@ -109,10 +122,6 @@ class PgQueuerRunner:
     0.05 s), so at a few thousand jobs the figure is partly that second."""
 
     peer = "pgqueuer"
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.handled: Counter[int] = Counter()
 
     @staticmethod
     def unsupported(mode: str, concurrency: int) -> str | None:
@@ -161,19 +170,11 @@ class PgQueuerRunner:
                               mode=QueueExecutionMode.drain)
 
 
-class ProcrastinateRunner:
+class ProcrastinateRunner(_PeerRunner):
     """procrastinate over its PsycopgConnector (a psycopg 3 pool), sized as ours: a connection per ingest
     client, and our worker's pool size for a worker of concurrency C."""
 
     peer = "procrastinate"
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.handled: Counter[int] = Counter()
-
-    @staticmethod
-    def unsupported(mode: str, concurrency: int) -> str | None:
-        return None
 
     def _app(self, pool_min: int, pool_max: int):
         import procrastinate

@@ -208,21 +208,6 @@ BAD_SUBMISSIONS = [
 ]
 
 
-@pytest.mark.parametrize(("body", "status_code", "mentions"), BAD_SUBMISSIONS)
-async def test_bad_submission_is_refused_with_a_clear_4xx_and_stores_nothing(databases, body, status_code, mentions):
-    """Each kind of bad submission gets its 4xx, an error naming what is wrong, and no stored row."""
-    # json.dumps escapes NUL and lone surrogates (\\u0000, \\ud800), as any JSON client may send them.
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    # The server is stopped before asserting, so a 500's traceback is logged by then (see serve()).
-    async with serve(create_api_app(databases.queue_url)) as api:
-        response = await api.post("/v1/jobs", content=content, headers={"Content-Type": "application/json"})
-    assert response.status_code == status_code, response.text
-    error = response.json()["error"]
-    assert mentions in error
-    assert "\n" not in error
-    assert await stored_rows(databases.queue_url) == (0, 0)
-
-
 async def test_oversize_body_without_content_length_is_refused(api, databases):
     """A chunked body over 16 KiB (no Content-Length to check up front) is still refused with 413."""
     async def chunks() -> AsyncIterator[bytes]:
@@ -315,12 +300,20 @@ BAD_BATCHES = [
 ]
 
 
-@pytest.mark.parametrize(("body", "status_code", "mentions"), BAD_BATCHES)
-async def test_bad_batch_is_refused_with_a_clear_4xx_and_stores_nothing(databases, body, status_code, mentions):
-    """Each kind of bad batch gets its 4xx, an error naming what is wrong, and no stored row."""
+def _bad_bodies_for(path: str, cases: list) -> list:
+    return [pytest.param(path, *case.values, id=f"{path.rsplit('/', 1)[1]}-{case.id}") for case in cases]
+
+
+@pytest.mark.parametrize(("path", "body", "status_code", "mentions"),
+                         _bad_bodies_for("/v1/jobs", BAD_SUBMISSIONS) + _bad_bodies_for("/v1/jobs/batch", BAD_BATCHES))
+async def test_bad_submission_is_refused_with_a_clear_4xx_and_stores_nothing(databases, path, body, status_code,
+                                                                              mentions):
+    """Each kind of bad submission or batch gets its 4xx, an error naming what is wrong, and no stored row."""
+    # json.dumps escapes NUL and lone surrogates (\\u0000, \\ud800), as any JSON client may send them.
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    # The server is stopped before asserting, so a 500's traceback is logged by then (see serve()).
     async with serve(create_api_app(databases.queue_url)) as api:
-        response = await api.post("/v1/jobs/batch", content=content, headers={"Content-Type": "application/json"})
+        response = await api.post(path, content=content, headers={"Content-Type": "application/json"})
     assert response.status_code == status_code, response.text
     error = response.json()["error"]
     assert mentions in error
