@@ -143,7 +143,8 @@ class Queue:
             # Without leases a claim never expires: RUNNING is just a flag.
             "lease_seconds": lease_seconds if m.leases else None,
         }
-        async with self.pool.connection() as conn:
+        # Pipeline mode: the expiry sweep travels with the claim, one round trip instead of two.
+        async with self.pool.connection() as conn, conn.pipeline():
             cur = conn.cursor(row_factory=dict_row)
             if m.dead and m.leases:
                 await cur.execute(_Q["job_dead_expired_exhausted"], params)
