@@ -20,21 +20,25 @@ Result = TypeVar("Result")
 
 
 class GroupCommitter(Generic[Item, Result]):
-    """`commit(items)` stores a group and returns one result per item, in order."""
+    """`commit(items)` stores a group and returns one result per item, in order. Up to `in_flight`
+    commits run at once (on separate connections); callers queue, and group, only behind those."""
 
-    def __init__(self, commit: Callable[[list[Item]], Awaitable[Sequence[Result]]], max_group: int) -> None:
-        if max_group < 1:
-            raise ValueError("a group holds at least one item")
-        self._commit, self.max_group = commit, max_group
+    def __init__(self, commit: Callable[[list[Item]], Awaitable[Sequence[Result]]], max_group: int,
+                 in_flight: int = 1) -> None:
+        if max_group < 1 or in_flight < 1:
+            raise ValueError("a group holds at least one item, and at least one commit may run")
+        self._commit, self.max_group, self.in_flight = commit, max_group, in_flight
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
-        self._committing: asyncio.Task | None = None
+        self._committers: set[asyncio.Task] = set()
 
     async def submit(self, item: Item) -> Result:
         """Commit `item` with whichever others are waiting; its result once the group committed."""
         result = asyncio.get_running_loop().create_future()
         self._waiting.append((item, result))
-        if self._committing is None or self._committing.done():
-            self._committing = asyncio.create_task(self._commit_waiting())
+        if len(self._committers) < self.in_flight:
+            committer = asyncio.create_task(self._commit_waiting())
+            self._committers.add(committer)
+            committer.add_done_callback(self._committers.discard)
         return await result
 
     async def _commit_waiting(self) -> None:
@@ -52,8 +56,8 @@ class GroupCommitter(Generic[Item, Result]):
 
     def abandon(self) -> None:
         """As a crash would: whatever is not committed yet stays uncommitted, and its callers are cancelled."""
-        if self._committing is not None:
-            self._committing.cancel()
+        for committer in list(self._committers):
+            committer.cancel()
         _settle(self._waiting, cancel=True)
         self._waiting = []
 

@@ -112,6 +112,18 @@ async def test_202_means_the_job_is_already_visible_from_another_connection(api,
     assert await stored_rows(databases.queue_url) == (10, 10)
 
 
+async def test_concurrent_submissions_sharing_commits_are_each_visible_at_their_202(databases):
+    """Forty submissions at once, more than the commits the API runs side by side, so they share
+    inserts: still, when each 202 arrives, another connection can already see that job."""
+    async with serve(create_api_app(databases.queue_url, pool_size=2)) as api:  # one commit in flight
+        async def submit(amount: int) -> bool:
+            response = await api.post("/v1/jobs", json={"amount_cents": amount})
+            assert response.status_code == 202, response.text
+            return await row_visible(databases.queue_url, response.json()["id"])
+        assert all(await asyncio.gather(*(submit(amount) for amount in range(1, 41))))
+    assert await stored_rows(databases.queue_url) == (40, 40)
+
+
 async def test_202_body_carries_id_status_and_stable_idempotency_key(api, databases):
     """The 202 body names the job, says PENDING, and gives the key the stored row carries."""
     accepted = await submit(api, 4200, currency="EUR", description="order 17", max_attempts=3)

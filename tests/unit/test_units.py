@@ -184,3 +184,34 @@ async def test_group_commit_groups_waiting_callers_and_fails_only_their_group():
     assert groups == [[1], [11, 12, 13], [21, 22]]
     assert results[0] == 10 and results[4:] == [210, 220]
     assert all(isinstance(r, RuntimeError) for r in results[1:4])
+
+
+async def test_group_commit_runs_up_to_in_flight_commits_side_by_side():
+    """With in_flight=2 the first two callers commit at once, alone; later callers group behind them."""
+    import asyncio
+
+    from reliableq.group_commit import GroupCommitter
+
+    groups: list[list[str]] = []
+    started = [asyncio.Event(), asyncio.Event()]
+    release = asyncio.Event()
+
+    async def commit(items: list[str]) -> list[str]:
+        groups.append(items)
+        if len(groups) <= 2:
+            started[len(groups) - 1].set()
+            await release.wait()
+        return [item.upper() for item in items]
+
+    committer = GroupCommitter(commit, max_group=10, in_flight=2)
+    first = asyncio.ensure_future(committer.submit("a"))
+    await started[0].wait()
+    second = asyncio.ensure_future(committer.submit("b"))
+    await started[1].wait()  # a second commit runs beside the first instead of waiting for it
+    later = [asyncio.ensure_future(committer.submit(item)) for item in ("c", "d", "e")]
+    await asyncio.sleep(0)  # let the later callers queue behind the two running commits
+    release.set()
+    assert await asyncio.gather(first, second, *later) == ["A", "B", "C", "D", "E"]
+    assert groups[:2] == [["a"], ["b"]]
+    assert sorted(item for group in groups[2:] for item in group) == ["c", "d", "e"]
+    assert len(groups) == 3  # c, d and e shared one commit
