@@ -50,6 +50,13 @@ async def test_every_invariant_holds_with_all_mechanisms_on():
 async def test_switching_a_mechanism_off_names_the_invariant_that_breaks(mechanism):
     """With one mechanism off, the report names exactly the invariant that mechanism protects."""
     overrides = {"settle_seconds": 4.0} if mechanism in ("leases", "dead") else {}
+    if mechanism == "dead":
+        # Poison jobs must outrun their budget within the settle time: a short outage keeps the backoff
+        # (twice the outage) short. With the default, a fast run sometimes settled first.
+        overrides |= {"outage_seconds": 0.1}
+    if mechanism == "backoff":
+        # Long enough that jobs still in flight when it starts meet it again and again without backoff.
+        overrides |= {"outage_seconds": 1.0}
     if mechanism == "fencing":
         # Stale owners need pauses that outlive the lease and are not cut short by a crash.
         overrides |= {"pause_rate": 0.15, "crash_rate": 0.01}
