@@ -519,3 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`reliableq stage naive | head -1`): stop quietly, as Unix tools do. Point
+        # stdout at /dev/null, or Python's final flush would raise the same error again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

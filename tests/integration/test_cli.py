@@ -42,6 +42,19 @@ def assert_one_line_error(result: subprocess.CompletedProcess, exit_code: int | 
 # -- the demo --------------------------------------------------------------------------------------
 
 @pytest.mark.slow
+def test_a_reader_that_stops_early_ends_the_output_quietly():
+    """`reliableq stage naive off | head -1`: once the reader is gone the command stops, no traceback."""
+    command = subprocess.Popen([sys.executable, "-m", "reliableq", "stage", "naive", "off"],
+                               env=os.environ | {"PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert command.stdout.readline().startswith("stage naive")
+    command.stdout.close()  # as head does after its line; the stage's results are still to come
+    _, stderr = command.communicate(timeout=60)
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    assert command.returncode == 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe stopped
+
+
+@pytest.mark.slow
 def test_demo_shows_one_charge_for_two_runs():
     """`reliableq demo` crashes a worker after its charge and recovers: A=2 H=2 C=1 F=1."""
     result = reliableq("demo")
