@@ -368,10 +368,10 @@ class RunStack:
                 raise RuntimeError(f"every worker exited before the run settled: {counts}")
             await asyncio.sleep(0.02)
 
-    async def charge_cpu_seconds(self) -> float:
-        """The charge service process's CPU time so far (from its stats endpoint)."""
+    async def charge_stats(self) -> dict[str, Any]:
+        """The charge service's own counters (in-flight peak, requests, its process's CPU seconds)."""
         async with httpx.AsyncClient(timeout=10) as http:
-            return (await http.get(f"{self.charge_url}/v1/stats")).json()["cpu_seconds"]
+            return (await http.get(f"{self.charge_url}/v1/stats")).json()
 
     async def span(self) -> dict[str, Any]:
         async with self.pool.connection() as conn:
@@ -692,9 +692,9 @@ async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
 
         async def body(workers=workers, permits=permits, point=point) -> Measured:
             async with RunStack(bench, f"{scenario}-{point}-{repeat}", charge_args) as stack:
-                charge_cpu_before = await stack.charge_cpu_seconds()
+                charge_cpu_before = (await stack.charge_stats())["cpu_seconds"]
                 window = await stack.drain(jobs, workers, permits, kind)
-                charge_cpu = await stack.charge_cpu_seconds() - charge_cpu_before
+                charge_cpu = (await stack.charge_stats())["cpu_seconds"] - charge_cpu_before
                 stats = await stack.stop_workers()
                 span = await stack.span()
                 passed, checks = await gate(stack.databases, waive={
@@ -842,8 +842,7 @@ async def _semaphore(bench: Bench, repeat: int) -> None:
     async def body() -> Measured:
         async with RunStack(bench, f"semaphore-{repeat}", ["--latency", str(latency)]) as stack:
             window = await stack.drain(p.semaphore_jobs, 1, permits)
-            async with httpx.AsyncClient(timeout=10) as http:
-                service = (await http.get(f"{stack.charge_url}/v1/stats")).json()
+            service = await stack.charge_stats()
             stats = await stack.stop_workers()
             span = await stack.span()
             bounded = [invariants.capacity_check([s.get("in_flight_peak", 0) for s in stats], permits),
