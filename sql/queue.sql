@@ -144,12 +144,16 @@ SELECT EXISTS (SELECT 1 FROM renewed) AS won;
 -- Returns every given job id with whether its finalize won.
 WITH owned AS (
     SELECT * FROM unnest(%(job_ids)s::uuid[], %(lease_tokens)s::uuid[]) AS o (job_id, lease_token)
+), locked AS (
+    -- The group's rows locked in id order first: two groups sharing jobs (two owners with fencing off,
+    -- a stale and a current owner with it on) then wait for each other instead of deadlocking.
+    SELECT id FROM jobs WHERE id IN (SELECT job_id FROM owned) ORDER BY id FOR UPDATE
 ), finalized AS (
     UPDATE jobs
     SET status = 'SUCCEEDED', finalized_at = now(), updated_at = now(), lease_expires_at = NULL,
         last_error = NULL
     FROM owned
-    WHERE jobs.id = owned.job_id
+    WHERE jobs.id = owned.job_id AND jobs.id IN (SELECT id FROM locked)
       AND (NOT %(fenced)s OR (jobs.status = 'RUNNING' AND jobs.lease_token = owned.lease_token))
     RETURNING jobs.id
 ), recorded AS (
