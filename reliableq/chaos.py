@@ -24,6 +24,7 @@ from reliableq.faults import CRASH_POINTS, FaultPlan
 from reliableq.harness import LocalSystem, fast_settings, local_system
 from reliableq.invariants import Check
 from reliableq.timeline import Event, collect
+from reliableq.worker import WorkerStats
 
 WORKER_CRASH_POINTS = CRASH_POINTS[:3]
 
@@ -42,6 +43,14 @@ class ChaosConfig:
     transient_rate: float = 0.1  # share of charge requests answered 503
     permanent_rate: float = 0.02  # share of charge requests answered 422
     outage_seconds: float = 0.5  # the charge service is down this long once only in-flight jobs remain
+    # Interleavings that only a held-back step forces (each kind is scheduled at least once when its
+    # rate is positive, so every seed meets it): a success whose group commit is held back longer than
+    # the lease; a slow handler whose first renewal is held inside its transaction past the lease (with
+    # a fleet limit, it races the other workers' fleet claims); a finalize whose COMMIT answer is lost.
+    slow_commit_rate: float = 0.03
+    slow_renewal_rate: float = 0.03
+    lost_answer_rate: float = 0.03
+    fleet_limit: int | None = None  # jobs in flight across all workers; None: no fleet limit
     settle_seconds: float = 60.0  # how long the system may take to finish every job
     mechanisms: Mechanisms = Mechanisms()
 
@@ -56,20 +65,41 @@ class ScheduledFault:
 def fault_schedule(config: ChaosConfig) -> list[ScheduledFault]:
     """The faults a seed implies, by job index: the same seed always gives the same schedule."""
     rng = random.Random(config.seed)
-    schedule = []
+    bands = (("crash", config.crash_rate), ("pause", config.pause_rate), ("api_crash", config.api_crash_rate),
+             ("poison", config.poison_rate), ("slow_commit", config.slow_commit_rate),
+             ("slow_renewal", config.slow_renewal_rate), ("lost_answer", config.lost_answer_rate))
+    by_index: dict[int, ScheduledFault] = {}
     for index in range(config.jobs):
         u = rng.random()
         point = rng.choice(WORKER_CRASH_POINTS)
-        if u < config.crash_rate:
-            schedule.append(ScheduledFault(index, "crash", point))
-        elif u < config.crash_rate + config.pause_rate:
-            # A pause where no transaction is open: the handler just stops renewing.
-            schedule.append(ScheduledFault(index, "pause", rng.choice(WORKER_CRASH_POINTS[:2])))
-        elif u < config.crash_rate + config.pause_rate + config.api_crash_rate:
-            schedule.append(ScheduledFault(index, "api_crash", "after_ack_before_commit"))
-        elif u < config.crash_rate + config.pause_rate + config.api_crash_rate + config.poison_rate:
-            schedule.append(ScheduledFault(index, "poison", "charge"))
-    return schedule
+        for action, rate in bands:
+            if u < rate:
+                by_index[index] = _scheduled(index, action, point, rng)
+                break
+            u -= rate
+    # Each interleaving the run should force at least once, on a job in the first half (a backlog is
+    # still there, so other workers are claiming when it happens).
+    for action, rate in bands[4:]:
+        if rate > 0 and all(f.action != action for f in by_index.values()):
+            free = [i for i in range(max(config.jobs // 2, 1)) if i not in by_index]
+            if free:
+                index = rng.choice(free)
+                by_index[index] = _scheduled(index, action, "", rng)
+    return [by_index[index] for index in sorted(by_index)]
+
+
+def _scheduled(index: int, action: str, crash_point: str, rng: random.Random) -> ScheduledFault:
+    point = {
+        "crash": crash_point,
+        # A pause where no transaction is open: the handler just stops renewing.
+        "pause": rng.choice(WORKER_CRASH_POINTS[:2]) if action == "pause" else "",
+        "api_crash": "after_ack_before_commit",
+        "poison": "charge",
+        "slow_commit": "before_group_commit",
+        "slow_renewal": "during_renewal",
+        "lost_answer": "after_finalize_commit",
+    }[action]
+    return ScheduledFault(index, action, point)
 
 
 @dataclass
@@ -102,8 +132,10 @@ class ChaosReport:
             f"({c.mechanisms.describe()})",
             f"faults scheduled: {kinds.get('crash', 0)} worker crashes, {kinds.get('pause', 0)} pauses longer "
             f"than the lease, {kinds.get('api_crash', 0)} API crashes, {kinds.get('poison', 0)} poison jobs; "
+            f"{kinds.get('slow_commit', 0)} group commits and {kinds.get('slow_renewal', 0)} renewals held back "
+            f"past the lease, {kinds.get('lost_answer', 0)} lost COMMIT answers; "
             f"charge failures: {c.transient_rate:.0%} transient, {c.permanent_rate:.0%} permanent, "
-            f"an outage of {c.outage_seconds:g}s",
+            f"an outage of {c.outage_seconds:g}s" + (f"; fleet limit {c.fleet_limit}" if c.fleet_limit else ""),
             f"acknowledged {self.acknowledged}, worker restarts {self.restarts}, "
             f"{'settled' if self.settled else 'did NOT settle'} in {self.seconds:.1f}s; "
             + " ".join(f"{s}={n}" for s, n in self.status_counts.items()),
@@ -133,9 +165,10 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
     settings = fast_settings(concurrency=config.concurrency, lease_seconds=config.lease_seconds,
                              backoff_seed=config.seed, backoff_base_seconds=backoff_base,
                              backoff_max_seconds=2 * backoff_base,
-                             charge_timeout_seconds=max(1.0, config.lease_seconds))
+                             charge_timeout_seconds=max(1.0, config.lease_seconds), fleet_limit=config.fleet_limit)
     started_wall = None
-    async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos") as system:
+    async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos",
+                            worker_pool_size=_worker_pool_size(config)) as system:
         started_wall = await system.queue.database_now()
         by_index = {f.job_index: f for f in schedule}
         api_crash_calls = [i for i, f in sorted(by_index.items()) if f.action == "api_crash"]
@@ -145,14 +178,8 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         acknowledged = [await system.submit_http(poison_amount if _is(by_index, index, "poison") else 1000 + index)
                         for index in range(config.jobs)]
         for index, fault in by_index.items():
-            if fault.action in ("api_crash", "poison"):
-                continue
-            target = acknowledged[index]
-            job_filter = _for_job(target)
-            if fault.action == "crash":
-                faults.arm_crash(fault.point, job_filter=job_filter)
-            else:
-                faults.arm_pause(fault.point, seconds=config.lease_seconds * 1.6, job_filter=job_filter)
+            if fault.action not in ("api_crash", "poison"):
+                _arm(faults, fault, _for_job(acknowledged[index]), config.lease_seconds * 1.6)
         began = time.monotonic()
         stop = asyncio.Event()
         supervisors = [asyncio.create_task(_supervise(system, settings, faults, slot, stop))
@@ -174,15 +201,42 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         stop.set()
         results = await asyncio.gather(*supervisors)
         seconds = time.monotonic() - began
-        peaks = [peak for _, worker_peaks in results for peak in worker_peaks]
+        peaks = [peak for slot in results for peak in slot.peaks]
         checks = await invariants.check_stored(system.databases, acknowledged, enforce_budget=True)
         checks.append(invariants.capacity_check(peaks, config.concurrency))
         if config.outage_seconds > 0:
             checks.append(await invariants.outage_check(system.databases))
+        if config.fleet_limit is not None:
+            checks.append(await invariants.fleet_limit_check(system.databases, config.fleet_limit))
+        if config.mechanisms.leases:
+            checks.append(await invariants.lease_loss_check(system.databases, faults.triggered))
+        accounts = {worker: stats.__dict__ for slot in results for worker, stats in slot.accounts.items()}
+        checks.append(await invariants.accounts_check(system.databases, accounts))
         events = await collect(system.databases, started_wall, [faults, api_faults])
         status_counts = await system.queue.counts()
-    return ChaosReport(config, schedule, checks, len(acknowledged), sum(r for r, _ in results), settled,
-                       seconds, status_counts, events)
+    return ChaosReport(config, schedule, checks, len(acknowledged), sum(slot.restarts for slot in results),
+                       settled, seconds, status_counts, events)
+
+
+def _arm(faults: FaultPlan, fault: ScheduledFault, job_filter, hold_seconds: float) -> None:
+    """Arm one scheduled worker fault on its job; every hold lasts longer than the lease."""
+    if fault.action == "crash":
+        faults.arm_crash(fault.point, job_filter=job_filter)
+    elif fault.action == "lost_answer":
+        faults.arm_lost_answer(fault.point, job_filter=job_filter)
+    else:
+        if fault.action == "slow_renewal":
+            # Slow work, its lease renewed meanwhile, outlasting the held renewal: a renewal happens, is
+            # held back, and commits while the handler still works.
+            faults.arm_pause("during_effect", seconds=2 * hold_seconds, job_filter=job_filter)
+        faults.arm_pause(fault.point, seconds=hold_seconds, job_filter=job_filter)
+
+
+def _worker_pool_size(config: ChaosConfig) -> int:
+    """Room for every worker's claim and group commit and a good share of its handlers' renewals and
+    finalizes at once, within what the server allows (100 connections by default), so a run with many
+    permits waits briefly for connections instead of aborting on a pool timeout."""
+    return min(config.workers * (config.concurrency + 2), 60)
 
 
 def _is(by_index: dict[int, ScheduledFault], index: int, action: str) -> bool:
@@ -213,10 +267,17 @@ def _arm_api_crashes(api_faults: FaultPlan, call_indexes: list[int]) -> None:
                          job_filter=lambda _job_id: next(calls) in targets)
 
 
+@dataclass
+class _SlotResult:
+    restarts: int = 0
+    peaks: list[int] = field(default_factory=list)  # each worker's in-flight peak
+    accounts: dict[str, WorkerStats] = field(default_factory=dict)  # by worker id; crashed workers left out
+
+
 async def _supervise(system: LocalSystem, settings, faults: FaultPlan, slot: int,
-                     stop: asyncio.Event) -> tuple[int, list[int]]:
+                     stop: asyncio.Event) -> _SlotResult:
     """Run one worker slot, restarting its worker after each crash, until told to stop."""
-    restarts, peaks, generation = 0, [], 0
+    result, generation = _SlotResult(), 0
     while True:
         worker = system.worker(settings.with_id(f"chaos-{slot}.{generation}"), faults)
         task = system.start_worker(worker)
@@ -226,8 +287,11 @@ async def _supervise(system: LocalSystem, settings, faults: FaultPlan, slot: int
             worker.request_stop()
         stats = await task
         stopper.cancel()
-        peaks.append(stats.in_flight_peak)
+        result.peaks.append(stats.in_flight_peak)
+        if stats.crashed_at is None:
+            # A crashed worker's account ends mid-flight (its handlers were cut off); only whole ones count.
+            result.accounts[worker.worker_id] = stats
         if stats.crashed_at is None or stop.is_set():
-            return restarts, peaks
-        restarts += 1
+            return result
+        result.restarts += 1
         generation += 1

@@ -4,7 +4,8 @@ The worker calls `await faults.reach(point, job)` at each named point; unarmed, 
 Tests, stages and the chaos suite arm a point to crash or pause there. Faults live here, in the
 harness's hands, never as sleeps sprinkled through library code. A crash is either simulated in-process
 (the worker stops dead: no finalize, no lease release, its open transaction rolled back) or real
-(SIGKILL to its own process, for the demos that run separate processes).
+(SIGKILL to its own process, for the demos that run separate processes). A third kind of fault loses
+the answer to a COMMIT that succeeded, as a dropped connection would: the caller cannot tell.
 """
 
 from __future__ import annotations
@@ -17,11 +18,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+
 # Worker points, in the order a job passes them, and the API's point between 202 and commit.
 CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize",
                 "after_ack_before_commit")
-# Pauses may also stop a naive claimer between its read and its update (stage `skip-locked`).
-PAUSE_POINTS = CRASH_POINTS + ("before_claim_update",)
+# Pauses may also stop a naive claimer between its read and its update (stage `skip-locked`), hold a
+# handler inside its effect while its lease is renewed (a slow dependency), hold a group of successes
+# before their commit (a slow commit), or hold a renewal inside its transaction (a slow renewal).
+PAUSE_POINTS = CRASH_POINTS + ("before_claim_update", "during_effect", "before_group_commit", "during_renewal")
+# A pause here stands for a stopped worker (a GC pause, SIGSTOP): its lease may run out, and that is
+# the fault's doing. A pause anywhere else stands for slow work by a live worker, which keeps its lease.
+STALLING_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_renewal")
+# Where an answer can be lost: after a finalize's COMMIT succeeded, before the worker hears of it.
+LOST_ANSWER_POINTS = ("after_finalize_commit",)
 
 
 class WorkerCrashed(BaseException):
@@ -35,6 +45,11 @@ class WorkerCrashed(BaseException):
         self.job_id = job_id
 
 
+class AnswerLost(psycopg.OperationalError):
+    """Raised at an armed lost-answer point: the statement committed, but the connection dropped
+    before its answer arrived, so the caller sees a database error it cannot tell from a failure."""
+
+
 JobFilter = Callable[[Any], bool]
 
 
@@ -42,14 +57,14 @@ JobFilter = Callable[[Any], bool]
 class Triggered:
     at: datetime  # wall clock, comparable with PostgreSQL's clock_timestamp() on the same machine
     point: str
-    action: str  # crash | kill | pause | resume
+    action: str  # crash | kill | pause | resume | lose_answer
     job_id: Any
     worker_id: str
 
 
 @dataclass
 class _Armed:
-    action: str  # "crash" | "kill" | "pause"
+    action: str  # "crash" | "kill" | "pause" | "lose_answer"
     times: int  # how many more hits trigger it
     job_filter: JobFilter | None
     pause_seconds: float = 0.0
@@ -80,6 +95,12 @@ class FaultPlan:
         self.armed.setdefault(point, []).append(
             _Armed("pause", times, job_filter, pause_seconds=seconds, resume=until))
 
+    def arm_lost_answer(self, point: str = "after_finalize_commit", *, times: int = 1,
+                        job_filter: JobFilter | None = None) -> None:
+        """Lose the answer to the next `times` committed finalizes at `point` (raise AnswerLost)."""
+        self._check(point, LOST_ANSWER_POINTS)
+        self.armed.setdefault(point, []).append(_Armed("lose_answer", times, job_filter))
+
     @staticmethod
     def _check(point: str, allowed: tuple[str, ...]) -> None:
         if point not in allowed:
@@ -102,6 +123,8 @@ class FaultPlan:
             os.kill(os.getpid(), signal.SIGKILL)
         if armed.action == "crash":
             raise WorkerCrashed(point, job_id)
+        if armed.action == "lose_answer":
+            raise AnswerLost(f"the connection dropped after COMMIT at {point} (simulated); its answer was lost")
         self.pauses_in_progress += 1
         try:
             if armed.resume is not None:

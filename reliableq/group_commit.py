@@ -5,6 +5,10 @@ grouping pays that once for many rows. Nobody waits for a group to fill: a lone 
 once, and a group forms only from the callers that queued up behind a commit already running. Each
 caller still learns its own result, and a failed commit fails every caller in its group, none of which
 was acknowledged. Used by the worker for successes and by the API for single submissions.
+
+The one rule that keeps nobody waiting forever: a committer leaves the set of running committers in the
+same step (no await in between) as it finds nothing waiting, so every caller that queued finds either a
+committer that will still look at the waiting list, or room to start one.
 """
 
 from __future__ import annotations
@@ -36,28 +40,32 @@ class GroupCommitter(Generic[Item, Result]):
         result = asyncio.get_running_loop().create_future()
         self._waiting.append((item, result))
         if len(self._committers) < self.in_flight:
-            committer = asyncio.create_task(self._commit_waiting())
-            self._committers.add(committer)
-            committer.add_done_callback(self._committers.discard)
+            self._committers.add(asyncio.create_task(self._commit_waiting()))
         return await result
 
     async def _commit_waiting(self) -> None:
-        while self._waiting:
-            group, self._waiting = self._waiting[:self.max_group], self._waiting[self.max_group:]
-            try:
-                results = await self._commit([item for item, _ in group])
-            except asyncio.CancelledError:
-                _settle(group, cancel=True)
-                raise
-            except (Exception, WorkerCrashed) as error:  # each caller reacts as to its own commit failing
-                _settle(group, error=error)
-                continue
-            _settle(group, results=results)
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting[:self.max_group], self._waiting[self.max_group:]
+                try:
+                    results = await self._commit([item for item, _ in group])
+                except asyncio.CancelledError:
+                    _settle(group, cancel=True)
+                    raise
+                except (Exception, WorkerCrashed) as error:  # each caller reacts as to its own commit failing
+                    _settle(group, error=error)
+                    continue
+                _settle(group, results=results)
+        finally:
+            # Not in a done-callback: that runs a loop iteration later, and a caller queuing in between
+            # would count this committer as running and start none (its item then waits for a stranger).
+            self._committers.discard(asyncio.current_task())
 
     def abandon(self) -> None:
         """As a crash would: whatever is not committed yet stays uncommitted, and its callers are cancelled."""
-        for committer in list(self._committers):
+        for committer in self._committers:
             committer.cancel()
+        self._committers.clear()  # cancelled committers look at nothing more
         _settle(self._waiting, cancel=True)
         self._waiting = []
 

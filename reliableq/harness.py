@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
+from psycopg_pool import AsyncConnectionPool
 
 from reliableq import db
 from reliableq.api import create_api_app
@@ -38,8 +39,9 @@ class LocalSystem:
     charge_url: str
     charge_faults: ChargeFaults
     api_faults: FaultPlan
-    queue: Queue  # the harness's own view of the jobs, on its own pool
+    queue: Queue  # the harness's own view of the jobs, on its own pool: it never waits behind the workers
     http: httpx.AsyncClient
+    worker_pool: AsyncConnectionPool  # shared by the workers started here
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _workers: list[Worker] = field(default_factory=list)
 
@@ -58,7 +60,7 @@ class LocalSystem:
                mechanisms: Mechanisms | None = None) -> Worker:
         """A worker over this system. Start it with `start_worker`, or `await worker.run()`."""
         m = mechanisms or self.mechanisms
-        queue = Queue(self.queue.pool, m, faults)
+        queue = Queue(self.worker_pool, m, faults)
         charges = ChargeClient(self.charge_url, settings.charge_timeout_seconds, send_idempotency_key=m.idempotency)
         worker = Worker(queue, charges, settings, faults)
         self._workers.append(worker)
@@ -111,8 +113,9 @@ class LocalSystem:
 @asynccontextmanager
 async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: ChargeFaults | None = None,
                        api_faults: FaultPlan | None = None, databases: db.Databases | None = None,
-                       database_prefix: str = "rq_lab") -> AsyncIterator[LocalSystem]:
-    """Start a LocalSystem; on exit stop its workers and servers and drop its scratch databases."""
+                       database_prefix: str = "rq_lab", worker_pool_size: int = 20) -> AsyncIterator[LocalSystem]:
+    """Start a LocalSystem; on exit stop its workers and servers and drop its scratch databases.
+    `worker_pool_size`: connections the workers share (their claims, renewals and finalizes)."""
     charge_faults = charge_faults or ChargeFaults()
     api_faults = api_faults or FaultPlan()
     async with AsyncExitStack() as stack:
@@ -126,12 +129,14 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         api_server = LoopbackServer(create_api_app(databases.queue_url, mechanisms, api_faults))
         api_url = await asyncio.to_thread(api_server.start)
         stack.callback(api_server.stop)
-        pool = await db.open_pool_checked(databases.queue_url, max_size=20)
-        stack.push_async_callback(pool.close)
+        own_pool = await db.open_pool_checked(databases.queue_url, max_size=4)
+        stack.push_async_callback(own_pool.close)
+        worker_pool = await db.open_pool_checked(databases.queue_url, max_size=worker_pool_size)
+        stack.push_async_callback(worker_pool.close)
         http = httpx.AsyncClient(timeout=10)
         stack.push_async_callback(http.aclose)
         system = LocalSystem(databases, mechanisms, api_url, charge_url, charge_faults, api_faults,
-                             Queue(pool, mechanisms), http)
+                             Queue(own_pool, mechanisms), http, worker_pool)
         try:
             yield system
         finally:

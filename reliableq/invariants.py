@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 
 from reliableq import sql
 from reliableq.db import Databases
+from reliableq.faults import STALLING_POINTS, Triggered
 from reliableq.ledger import job_counts
 
 
@@ -33,9 +34,9 @@ class Check:
         return f"{verdict:<18} {self.name}" + (f"  [{self.note}]" if self.note else "")
 
 
-async def _rows(url: str, database: str, query: str) -> list[dict]:
+async def _rows(url: str, database: str, query: str, params: dict | None = None) -> list[dict]:
     async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
-        return await (await conn.execute(sql.queries(database)[query])).fetchall()
+        return await (await conn.execute(sql.queries(database)[query], params)).fetchall()
 
 
 async def check_stored(databases: Databases, acknowledged: Iterable[uuid.UUID] = (),
@@ -86,3 +87,42 @@ def capacity_check(worker_peaks: list[int], concurrency: int) -> Check:
     over = [{"worker": i, "in_flight_peak": peak} for i, peak in enumerate(worker_peaks) if peak > concurrency]
     return Check(f"in-flight work never exceeded capacity ({concurrency} per worker)", over,
                  note=f"peaks {max(worker_peaks, default=0)}/{concurrency}")
+
+
+async def fleet_limit_check(databases: Databases, fleet_limit: int) -> Check:
+    """Live leases never exceeded the fleet limit: at no claim were more leases live than allowed."""
+    over = await _rows(databases.queue_url, "queue", "job_invariant_fleet_over_limit", {"fleet_limit": fleet_limit})
+    return Check(f"live leases never exceeded the fleet limit ({fleet_limit})", over)
+
+
+async def lease_loss_check(databases: Databases, triggered: Iterable[Triggered]) -> Check:
+    """A claim lost its lease only where a fault explains it: its worker crashed, or the claim was
+    stalled at a point that stands for a stopped worker. A live worker keeps the leases it holds, while
+    its handler works and while its finalize waits for a commit; a job it loses runs again for nothing."""
+    crashed = {t.worker_id for t in triggered if t.action in ("crash", "kill")}
+    stalled = {(str(t.job_id), t.worker_id) for t in triggered
+               if t.action == "pause" and t.point in STALLING_POINTS}
+    unexplained = [row for row in await _rows(databases.queue_url, "queue", "job_attempts_lost")
+                   if row["worker_id"] not in crashed and (str(row["job_id"]), row["worker_id"]) not in stalled]
+    return Check("a lease was lost only by a crashed or stalled worker", unexplained)
+
+
+# How a worker's counters name the finalizes PostgreSQL records on each claim.
+_COUNTER_OF_OUTCOME = {"succeeded": "succeeded", "retried": "retried", "dead": "dead",
+                       "lost_succeed": "lost_finalizes", "lost_retry": "lost_finalizes", "lost_dead": "lost_finalizes"}
+
+
+async def accounts_check(databases: Databases, reports: dict[str, dict[str, int]]) -> Check:
+    """Each worker's own account of its finalizes (won by kind, and lost) matches the outcomes PostgreSQL
+    recorded on its claims. `reports`: worker id -> its counters, for workers that were not crashed."""
+    recorded: dict[str, dict[str, int]] = {worker: dict.fromkeys(_COUNTER_OF_OUTCOME.values(), 0) for worker in reports}
+    for row in await _rows(databases.queue_url, "queue", "job_attempt_outcomes_by_worker"):
+        counter = _COUNTER_OF_OUTCOME.get(row["outcome"])
+        if row["worker_id"] in recorded and counter:
+            recorded[row["worker_id"]][counter] += row["claims"]
+    mismatched = []
+    for worker, report in reports.items():
+        reported = {counter: report[counter] for counter in recorded[worker]}
+        if reported != recorded[worker]:
+            mismatched.append({"worker": worker, "reported": reported, "recorded": recorded[worker]})
+    return Check("every worker's account of its finalizes matches PostgreSQL", mismatched)

@@ -178,7 +178,7 @@ class Queue:
 
     # -- ownership-sensitive updates, fenced by the lease token ------------------------------
 
-    async def _fenced(self, query: str, job: Job, finalize: bool = True, **params: Any) -> bool:
+    async def _finalize(self, query: str, job: Job, **params: Any) -> bool:
         async with self.pool.connection() as conn:
             async with conn.transaction():
                 cur = await conn.execute(_Q[query], {
@@ -186,37 +186,64 @@ class Queue:
                     "fenced": self.mechanisms.fencing, **params,
                 })
                 won = (await cur.fetchone())[0]
-                if finalize:
-                    # A crash here leaves the update uncommitted: rolled back, as if never sent.
-                    await self.faults.reach("during_finalize", job, job.worker_id or "")
+                # A crash here leaves the update uncommitted: rolled back, as if never sent.
+                await self.faults.reach("during_finalize", job, job.worker_id or "")
+        await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
         return bool(won)
 
-    async def renew(self, job: Job, lease_seconds: float) -> bool:
-        """Extend the lease from PostgreSQL's now(); False: someone else owns the job now."""
-        return await self._fenced("job_renew_lease", job, finalize=False, lease_seconds=lease_seconds)
+    async def renew(self, job: Job, lease_seconds: float, fleet_limited: bool = False) -> bool:
+        """Extend a live lease from PostgreSQL's clock; False: the lease ran out, or someone else owns
+        the job now. A lease that ran out is never revived: another worker may already have counted its
+        slot as free. `fleet_limited`: the workers share a fleet limit, so the renewal holds the fleet
+        lock (shared) until it commits, and no fleet claim can count leases while it is in flight."""
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                if fleet_limited:
+                    await conn.execute(_Q["job_fleet_renewal_gate"])
+                cur = await conn.execute(_Q["job_renew_lease"], {
+                    "job_id": job.id, "lease_token": job.lease_token, "fenced": self.mechanisms.fencing,
+                    "lease_seconds": lease_seconds})
+                won = (await cur.fetchone())[0]
+                await self.faults.reach("during_renewal", job, job.worker_id or "")
+        return bool(won)
 
     async def succeed(self, job: Job) -> bool:
-        return (await self.succeed_many([job]))[job.id]
+        return (await self.succeed_many([job]))[0]
 
-    async def succeed_many(self, jobs: Sequence[Job]) -> dict[uuid.UUID, bool]:
-        """Finalize `jobs` as SUCCEEDED in one statement and one commit, each fenced by its own token;
-        whether each won, by job id. A crash at `during_finalize` rolls back the whole group."""
+    async def succeed_many(self, jobs: Sequence[Job]) -> list[bool]:
+        """Finalize `jobs` (claims: one lease token each) as SUCCEEDED in one statement and one commit,
+        each fenced by its own token; whether each claim won, in order. Two claims of one job may share
+        a group (a stale owner's late success beside the current owner's): only the token that owns the
+        job wins. A crash at `during_finalize` rolls back the whole group."""
+        for job in jobs:
+            await self.faults.reach("before_group_commit", job, job.worker_id or "")
         async with self.pool.connection() as conn:
             async with conn.transaction():
                 cur = await conn.execute(_Q["job_succeed"], {
                     "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
                     "fenced": self.mechanisms.fencing})
-                won = {job_id: bool(job_won) for job_id, job_won in await cur.fetchall()}
+                won = [bool(claim_won) for (claim_won,) in await cur.fetchall()]
                 for job in jobs:
                     await self.faults.reach("during_finalize", job, job.worker_id or "")
+        for job in jobs:
+            await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
         return won
+
+    async def finalize_recorded(self, job: Job) -> tuple[str, bool] | None:
+        """What a finalize of this claim already committed: (operation, whether it won), or None when
+        none is on record. A finalize whose answer was lost asks this before trying again: its first
+        try may have committed, and a retry would then be refused by its own success."""
+        rows = await self._fetch("job_attempt_finalize_recorded", {"lease_token": job.lease_token})
+        if not rows or rows[0]["operation"] is None:
+            return None
+        return rows[0]["operation"], rows[0]["won"]
 
     async def retry(self, job: Job, delay_seconds: float, error: str) -> bool:
         """Back to PENDING, due `delay_seconds` after PostgreSQL's now()."""
-        return await self._fenced("job_retry", job, delay_seconds=delay_seconds, error=sanitize_error(error))
+        return await self._finalize("job_retry", job, delay_seconds=delay_seconds, error=sanitize_error(error))
 
     async def dead(self, job: Job, error: str) -> bool:
-        return await self._fenced("job_dead", job, error=sanitize_error(error))
+        return await self._finalize("job_dead", job, error=sanitize_error(error))
 
     # -- operators --------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ async def collect(databases: Databases, started: datetime, fault_plans: list[Fau
         outcome = a["outcome"] or ""
         if outcome == "expired" and a["lease_expires_at"]:
             events.append(Event(since(a["lease_expires_at"]), job, worker, attempt, "lease_expired", "lease expired"))
-        elif outcome.startswith("lost_"):
+        elif outcome.startswith("lost_") and a["finished_at"]:  # a refused renewal has no finish of its own
             events.append(Event(since(a["finished_at"]), job, worker, attempt, "finalize_lost",
                                 f"{outcome.removeprefix('lost_')} refused: stale lease token"))
         elif outcome and a["finished_at"]:

@@ -1,8 +1,10 @@
 """The worker: claims due jobs, performs their charge, and finalizes each exactly as its lease allows.
 
 One asyncio loop per worker. With the semaphore on, it claims only as many jobs as it has free permits;
-each handler renews its lease every third of the lease, calls the charge service with the job's stable
-key, classifies the outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD).
+each handler renews its lease every third of the lease from the start of its effect until its finalize
+is recorded (reliableq/lease_keeper.py), calls the charge service with the job's stable key, classifies
+the outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD), learning after a
+lost answer what its first try committed.
 On stop (SIGTERM/SIGINT in the CLI) it claims nothing more, lets in-flight handlers finish within the
 grace period while still renewing, and abandons the rest to lease expiry: unfinished work is never
 marked succeeded. What it cannot guarantee: that a handler runs once. A crash after the charge and
@@ -27,6 +29,7 @@ from reliableq.charge import ChargeClient, ChargeOutcome
 from reliableq.config import WorkerSettings
 from reliableq.faults import FaultPlan, WorkerCrashed
 from reliableq.group_commit import GroupCommitter
+from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
 from reliableq.queue import Job, Queue
 
 log = logging.getLogger("reliableq.worker")
@@ -117,7 +120,7 @@ class Worker:
             return await self.queue.claim(limit, self.worker_id, self.settings.lease_seconds,
                                           fleet_limit=self.settings.fleet_limit)
         except (psycopg.Error, PoolTimeout) as error:
-            _reraise_if_cancelled()
+            reraise_if_cancelled()
             # The database is briefly unreachable or saturated: nothing was claimed; try again next tick.
             log.warning("worker %s could not claim: %s", self.worker_id, error)
             return []
@@ -167,24 +170,30 @@ class Worker:
 
     async def _handle(self, job: Job) -> None:
         await self.faults.reach("after_claim_before_effect", job, self.worker_id)
-        # The lease is renewed while the effect runs. A worker stalled at a fault point renews
-        # nothing, as a stopped process would not, so its lease can expire under it.
-        effect_done = asyncio.Event()
-        renewer = asyncio.create_task(self._keep_lease(job, effect_done)) if self.mechanisms.leases else None
+        lease = LeaseKeeper(self.queue, job, self.settings.lease_seconds, renewing=self.mechanisms.leases,
+                            fleet_limited=self.settings.fleet_limit is not None, on_lost=self._lease_lost)
+        async with lease:
+            outcome = await self._run_effect(job)
+            # A handler stalled here stands for a stopped process: it renews nothing, and its lease may
+            # run out under it (the story of stages fencing and idempotency).
+            with lease.suspended():
+                await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
+            lease.finalizing()
+            await self._finalize(job, outcome)
+
+    def _lease_lost(self) -> None:
+        self.stats.lost_renewals += 1
+
+    async def _run_effect(self, job: Job) -> ChargeOutcome:
         started = time.perf_counter()
         try:
-            outcome = await self._perform(job)
+            await self.faults.reach("during_effect", job, self.worker_id)
+            return await self._perform(job)
         except Exception as error:  # an answer nobody foresaw: the charge may exist, so retry with the key
-            outcome = ChargeOutcome("ambiguous", f"charge call failed: {type(error).__name__}")
+            return ChargeOutcome("ambiguous", f"charge call failed: {type(error).__name__}")
         finally:
             self.stats.charge_calls += 1
             self.stats.charge_seconds_total += time.perf_counter() - started
-            effect_done.set()
-            if renewer:
-                renewer.cancel()
-                await asyncio.gather(renewer, return_exceptions=True)
-        await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
-        await self._finalize(job, outcome)
 
     async def _perform(self, job: Job) -> ChargeOutcome:
         """The job's effect, by its kind: a charge through the charge service, or nothing at all
@@ -197,74 +206,55 @@ class Worker:
 
     async def _succeed_group(self, jobs: list[Job]) -> list[bool]:
         self.stats.success_commits += 1
-        won = await self.queue.succeed_many(jobs)
-        return [won[job.id] for job in jobs]
-
-    async def _keep_lease(self, job: Job, effect_done: asyncio.Event) -> None:
-        """Renew until `effect_done`. The event, not only cancellation, ends the loop: psycopg can
-        absorb a cancellation that lands mid-query, and a renewer that outlived its handler would
-        keep a lease alive that nobody will ever finalize (the job stranded RUNNING)."""
-        # A third of the lease: two renewals can fail or run late before the lease is lost.
-        interval = self.settings.lease_seconds / 3
-        while True:
-            try:
-                await asyncio.wait_for(effect_done.wait(), interval)
-                return
-            except TimeoutError:
-                pass
-            try:
-                won = await self.queue.renew(job, self.settings.lease_seconds)
-            except (psycopg.Error, PoolTimeout) as error:
-                _reraise_if_cancelled()
-                # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
-                log.warning("worker %s could not renew job %s: %s", self.worker_id, job.id, error)
-                continue
-            if not won:
-                self.stats.lost_renewals += 1
-                log.warning("worker %s lost the lease of job %s", self.worker_id, job.id)
-                return
+        return await self.queue.succeed_many(jobs)
 
     async def _finalize(self, job: Job, outcome: ChargeOutcome) -> None:
         started = time.perf_counter()
         try:
-            for attempt in range(FINALIZE_TRIES):
-                try:
-                    return await self._finalize_as_classified(job, outcome)
-                except (psycopg.Error, PoolTimeout) as error:
-                    # A database hiccup must not strand the job until its lease expires (or turn a
-                    # committed charge into a DEAD job on the last attempt). A retried update is safe:
-                    # it is fenced, and an attempt's recorded win is never overwritten.
-                    _reraise_if_cancelled()
-                    if attempt == FINALIZE_TRIES - 1:
-                        raise
-                    log.warning("worker %s could not finalize job %s: %s", self.worker_id, job.id, error)
-                    await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2**attempt)
+            operation, won = await self._finalize_with_retries(job, outcome)
         finally:
             self.stats.finalize_calls += 1
             self.stats.finalize_seconds_total += time.perf_counter() - started
-
-    async def _finalize_as_classified(self, job: Job, outcome: ChargeOutcome) -> None:
-        if outcome.kind == "ok":
-            won, counter = await self.successes.submit(job), "succeeded"
-        elif self.mechanisms.dead and outcome.kind == "permanent":
-            won, counter = await self.queue.dead(job, f"permanent failure: {outcome.detail}"), "dead"
-        elif self.mechanisms.dead and job.attempts >= job.max_attempts:
-            error = f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}"
-            won, counter = await self.queue.dead(job, error), "dead"
-        else:
-            delay = self.backoff.delay(job.attempts, str(job.id)) if self.mechanisms.backoff else 0.0
-            won, counter = await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}"), "retried"
         if won:
+            counter = _COUNTER_OF_OPERATION[operation]
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         else:
             self.stats.lost_finalizes += 1
-            log.warning("worker %s: finalize (%s) of job %s refused: lease lost", self.worker_id, counter, job.id)
+            log.warning("worker %s: finalize (%s) of job %s refused: its lease was lost",
+                        self.worker_id, operation, job.id)
+
+    async def _finalize_with_retries(self, job: Job, outcome: ChargeOutcome) -> tuple[str, bool]:
+        """(operation, won). A database hiccup must not strand the job until its lease expires (or turn a
+        committed charge into a DEAD job on the last attempt), so a failed finalize is tried again. The
+        failure may have hidden a COMMIT that succeeded (its answer lost): before trying again, read what
+        this claim's record says, or the fence would refuse the retry and report a win as a loss."""
+        tries = 0
+        while True:
+            try:
+                if tries:
+                    recorded = await self.queue.finalize_recorded(job)
+                    if recorded is not None:
+                        return recorded
+                return await self._finalize_as_classified(job, outcome)
+            except (psycopg.Error, PoolTimeout) as error:
+                reraise_if_cancelled()
+                tries += 1
+                if tries == FINALIZE_TRIES:
+                    raise
+                log.warning("worker %s could not finalize job %s: %s", self.worker_id, job.id, error)
+                await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
+
+    async def _finalize_as_classified(self, job: Job, outcome: ChargeOutcome) -> tuple[str, bool]:
+        if outcome.kind == "ok":
+            return "succeed", await self.successes.submit(job)
+        if self.mechanisms.dead and outcome.kind == "permanent":
+            return "dead", await self.queue.dead(job, f"permanent failure: {outcome.detail}")
+        if self.mechanisms.dead and job.attempts >= job.max_attempts:
+            error = f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}"
+            return "dead", await self.queue.dead(job, error)
+        delay = self.backoff.delay(job.attempts, str(job.id)) if self.mechanisms.backoff else 0.0
+        return "retry", await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}")
 
 
-def _reraise_if_cancelled() -> None:
-    """Called in an `except` for database errors: psycopg answers a cancelled query with QueryCanceled,
-    so the task's cancellation can arrive dressed as a database error. Swallowing it would keep a
-    renewer alive after its handler finished, renewing a lease nobody will ever finalize."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise
+# The counter a won finalize adds to.
+_COUNTER_OF_OPERATION = {"succeed": "succeeded", "retry": "retried", "dead": "dead"}

@@ -48,7 +48,7 @@ WITH previous AS (
     UPDATE job_attempts AS a
     SET outcome = 'expired', finished_at = coalesce(%(now)s::timestamptz, now())
     FROM previous
-    WHERE a.lease_token = previous.lease_token AND a.outcome IS NULL
+    WHERE a.lease_token = previous.lease_token AND (a.outcome IS NULL OR a.outcome = 'lost_renew')
 ), claimed AS (
     UPDATE jobs
     SET status = 'RUNNING',
@@ -82,7 +82,8 @@ WITH due AS (
     UPDATE job_attempts AS a
     SET outcome = 'expired', finished_at = coalesce(%(now)s::timestamptz, now())
     FROM due
-    WHERE due.status = 'RUNNING' AND a.lease_token = due.lease_token AND a.outcome IS NULL
+    WHERE due.status = 'RUNNING' AND a.lease_token = due.lease_token
+      AND (a.outcome IS NULL OR a.outcome = 'lost_renew')
 ), claimed AS (
     UPDATE jobs
     SET status = 'RUNNING',
@@ -119,14 +120,18 @@ WITH exhausted AS (
 UPDATE job_attempts AS a
 SET outcome = 'expired', finished_at = coalesce(%(now)s::timestamptz, now())
 FROM exhausted
-WHERE a.lease_token = exhausted.lease_token AND a.outcome IS NULL;
+WHERE a.lease_token = exhausted.lease_token AND (a.outcome IS NULL OR a.outcome = 'lost_renew');
 
 -- name: job_renew_lease
--- Push the lease expiry forward from PostgreSQL's clock; returns whether this owner still holds it.
+-- Push a live lease's expiry forward; returns whether this owner still holds it. A lease that ran out is
+-- never revived, even when nobody has reclaimed the job yet: a fleet claim may already have counted its
+-- slot as free. clock_timestamp(), not now(): a renewal may have waited for the fleet gate (see
+-- job_fleet_renewal_gate) since its transaction began.
 WITH renewed AS (
     UPDATE jobs
-    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s::float8), updated_at = now()
-    WHERE id = %(job_id)s
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s::float8),
+        updated_at = clock_timestamp()
+    WHERE id = %(job_id)s AND lease_expires_at > clock_timestamp()
       AND (NOT %(fenced)s OR (status = 'RUNNING' AND lease_token = %(lease_token)s))
     RETURNING lease_expires_at
 ), recorded AS (
@@ -139,11 +144,13 @@ WITH renewed AS (
 SELECT EXISTS (SELECT 1 FROM renewed) AS won;
 
 -- name: job_succeed
--- Finalize jobs as SUCCEEDED, many in one statement (the worker groups the successes that finish
+-- Finalize claims as SUCCEEDED, many in one statement (the worker groups the successes that finish
 -- together into one commit); each attempt records `succeeded`, or `lost_succeed` when fenced out.
--- Returns every given job id with whether its finalize won.
+-- Returns, in the order given, whether each claim won. Wins are attributed per claim (job and lease
+-- token), never per job: a stale owner's success in the same group as the current owner's must lose,
+-- though the job it names was finalized. Without fencing every claim's blind write lands.
 WITH owned AS (
-    SELECT * FROM unnest(%(job_ids)s::uuid[], %(lease_tokens)s::uuid[]) AS o (job_id, lease_token)
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(lease_tokens)s::uuid[]) WITH ORDINALITY AS o (job_id, lease_token, position)
 ), locked AS (
     -- The group's rows locked in id order first: two groups sharing jobs (two owners with fencing off,
     -- a stale and a current owner with it on) then wait for each other instead of deadlocking.
@@ -155,16 +162,20 @@ WITH owned AS (
     FROM owned
     WHERE jobs.id = owned.job_id AND jobs.id IN (SELECT id FROM locked)
       AND (NOT %(fenced)s OR (jobs.status = 'RUNNING' AND jobs.lease_token = owned.lease_token))
-    RETURNING jobs.id
+    RETURNING jobs.id, jobs.lease_token
+), won AS (
+    SELECT owned.position, owned.lease_token,
+           EXISTS (SELECT 1 FROM finalized f
+                   WHERE f.id = owned.job_id AND (NOT %(fenced)s OR f.lease_token = owned.lease_token)) AS won
+    FROM owned
 ), recorded AS (
     UPDATE job_attempts AS a
-    SET finished_at = clock_timestamp(),
-        outcome = CASE WHEN owned.job_id IN (SELECT id FROM finalized) THEN 'succeeded' ELSE 'lost_succeed' END
-    FROM owned
-    WHERE a.lease_token = owned.lease_token AND a.outcome IS DISTINCT FROM 'succeeded'
+    SET finished_at = clock_timestamp(), outcome = CASE WHEN won.won THEN 'succeeded' ELSE 'lost_succeed' END
+    FROM won
+    WHERE a.lease_token = won.lease_token AND a.outcome IS DISTINCT FROM 'succeeded'
       AND a.outcome IS DISTINCT FROM 'retried' AND a.outcome IS DISTINCT FROM 'dead'
 )
-SELECT owned.job_id, owned.job_id IN (SELECT id FROM finalized) AS won FROM owned;
+SELECT won FROM won ORDER BY position;
 
 -- name: job_retry
 -- Back to PENDING, due `delay_seconds` after PostgreSQL's now(); fenced like every finalize.
@@ -302,3 +313,40 @@ SELECT greatest(%(fleet_limit)s - count(*), 0) AS free,
        coalesce(%(now)s::timestamptz, clock_timestamp()) AS at
 FROM jobs
 WHERE status = 'RUNNING' AND lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp());
+
+-- name: job_fleet_renewal_gate
+-- A renewal under a fleet limit: share the claim gate for the rest of this transaction, so that no fleet
+-- claim counts live leases while a renewal is between its check of the lease and its commit (the claim
+-- would read the lease as run out, and the renewal would then revive it: one job too many).
+SELECT pg_advisory_xact_lock_shared(hashtext('reliableq fleet claim'));
+
+-- name: job_attempt_finalize_recorded
+-- The finalize this claim committed, if any: the operation (succeed, retry, dead) and whether it won.
+-- `expired` and `lost_renew` are not finalizes: a finalize overwrites them.
+SELECT CASE WHEN outcome IN ('succeeded', 'lost_succeed') THEN 'succeed'
+            WHEN outcome IN ('retried', 'lost_retry') THEN 'retry'
+            WHEN outcome IN ('dead', 'lost_dead') THEN 'dead' END AS operation,
+       outcome IN ('succeeded', 'retried', 'dead') AS won
+FROM job_attempts WHERE lease_token = %(lease_token)s;
+
+-- name: job_invariant_fleet_over_limit
+-- Claims taken while the fleet's live leases already filled the limit. A claim's lease runs from its
+-- claim until it expired (as last renewed) or was finalized, whichever came first; at each claim, count
+-- the leases live at that instant, its own included.
+SELECT c.job_id, c.worker_id, c.claimed_at, count(*) AS live_leases
+FROM job_attempts c
+JOIN job_attempts l ON l.claimed_at <= c.claimed_at
+                   AND least(l.lease_expires_at, coalesce(l.finished_at, 'infinity')) > c.claimed_at
+GROUP BY c.id, c.job_id, c.worker_id, c.claimed_at
+HAVING count(*) > %(fleet_limit)s
+ORDER BY c.claimed_at;
+
+-- name: job_attempts_lost
+-- Claims that lost their lease: reclaimed after it ran out, or refused at a renewal or a finalize.
+SELECT job_id, attempt, worker_id, outcome FROM job_attempts
+WHERE outcome IN ('expired', 'lost_renew', 'lost_succeed', 'lost_retry', 'lost_dead')
+ORDER BY job_id, attempt;
+
+-- name: job_attempt_outcomes_by_worker
+-- Per worker, how many of its claims ended in each outcome, to compare with what each worker reported.
+SELECT worker_id, outcome, count(*) AS claims FROM job_attempts GROUP BY worker_id, outcome ORDER BY worker_id, outcome;

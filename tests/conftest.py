@@ -96,3 +96,12 @@ async def serve(app) -> AsyncIterator[httpx.AsyncClient]:
             yield client
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def wait_until_lease_ran_out(queue: Queue, job, timeout: float = 10.0) -> None:
+    """Poll PostgreSQL's clock (the clock leases are measured by) until `job`'s lease, as claimed, ran out."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await queue.database_now() <= job.lease_expires_at:
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"the lease of job {job.id} did not run out within {timeout}s")
+        await asyncio.sleep(0.02)

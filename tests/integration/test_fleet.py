@@ -12,9 +12,11 @@ import pytest
 
 from reliableq import invariants, processes, sql
 from reliableq.config import Mechanisms
+from reliableq.faults import FaultPlan
 from reliableq.invariants import Check
 from reliableq.payload import Submission
 from reliableq.queue import Queue
+from tests.conftest import wait_until_lease_ran_out
 
 
 async def test_concurrent_claims_never_exceed_the_fleet_limit(make_queue, submission):
@@ -36,6 +38,54 @@ async def test_slots_of_expired_leases_come_back(make_queue, submission):
     later = await queue.database_now() + timedelta(seconds=6)
     # Both expired jobs and two fresh ones are due; only two slots exist.
     assert len(await queue.claim(4, "survivor", 30.0, now=later, fleet_limit=2)) == 2
+
+
+async def _claim_runs_into(claim: asyncio.Task, databases) -> None:
+    """Wait until `claim` has finished or waits for the fleet lock (someone else holds it)."""
+    async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
+        for _ in range(500):
+            waiting = await (await conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).fetchone()
+            if claim.done() or waiting[0]:
+                return
+            await asyncio.sleep(0.01)
+    raise TimeoutError("the fleet claim neither finished nor waited for the fleet lock within 5 s")
+
+
+async def _live_leases(queue: Queue) -> int:
+    async with queue.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM jobs WHERE status = 'RUNNING' AND lease_expires_at > now()")
+        return (await cur.fetchone())[0]
+
+
+@pytest.mark.parametrize("renewal_checks", ["while the lease is live", "after the lease ran out"])
+async def test_a_renewal_in_flight_never_lets_a_fleet_claim_exceed_the_limit(make_queue, submission, databases,
+                                                                          renewal_checks):
+    """Fleet limit 1. Worker A's renewal is held inside its transaction while its lease, as committed,
+    runs out, and worker B's fleet claim comes in then. Checked while live, the renewal will commit a
+    longer lease; checked after, it must not revive the lease. Either way B must not count A's slot free
+    and take a second job beside a lease that turns out live: B waits for the renewal's commit (the
+    renewal holds the fleet lock, shared), then counts what it committed."""
+    faults, resume = FaultPlan(), asyncio.Event()
+    faults.arm_pause("during_renewal", until=resume)
+    worker_a, worker_b = make_queue(faults=faults), make_queue()
+    for _ in range(2):
+        await worker_b.submit(submission())
+    (job_a,) = await worker_a.claim(1, "worker-A", lease_seconds=0.5, fleet_limit=1)
+    if renewal_checks == "after the lease ran out":
+        await wait_until_lease_ran_out(worker_a, job_a)
+    renewal = asyncio.create_task(worker_a.renew(job_a, 30.0, fleet_limited=True))
+    while faults.pauses_in_progress == 0:
+        await asyncio.sleep(0.01)
+    await wait_until_lease_ran_out(worker_b, job_a)
+    claim_b = asyncio.create_task(worker_b.claim(1, "worker-B", 30.0, fleet_limit=1))
+    await _claim_runs_into(claim_b, databases)
+    resume.set()
+    renewed, claimed_by_b = await renewal, await claim_b
+    assert renewed is (renewal_checks == "while the lease is live")
+    assert len(claimed_by_b) == (0 if renewed else 1)
+    assert await _live_leases(worker_b) == 1
+    assert (await invariants.fleet_limit_check(databases, 1)).held
 
 
 async def test_fleet_limit_needs_leases(make_queue):

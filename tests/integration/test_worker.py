@@ -9,6 +9,7 @@ import time
 import uuid
 from dataclasses import replace
 
+import pytest
 from psycopg.types.json import Jsonb
 
 from reliableq import sql
@@ -143,6 +144,61 @@ async def test_successes_finishing_together_share_a_commit(databases):
         assert await asyncio.gather(*(worker.successes.submit(job) for job in jobs)) == [True] * 6
         assert worker.stats.success_commits == 2
         assert (await system.queue.counts())["SUCCEEDED"] == 6
+
+
+async def test_a_success_keeps_its_lease_while_its_commit_is_held_back(databases):
+    """The lease is renewed until the finalize is recorded, not only while the effect runs: two successes
+    whose group commit is held back for three lease lengths keep their leases, so a second worker polling
+    all along reclaims neither and nothing runs twice (A=1 H=1 C=1 F=1)."""
+    async with local_system(databases=databases) as system:
+        ids = [await system.submit_http(amount) for amount in (1000, 1001)]
+        faults, release = FaultPlan(), asyncio.Event()
+        faults.arm_pause("before_group_commit", until=release, times=2)
+        settings = fast_settings(lease_seconds=LEASE, concurrency=2)
+        holder = system.worker(settings.with_id("worker-1"), faults)
+        system.start_worker(holder)
+        await system.wait_until(_paused(faults), 10, "worker-1's successes to wait for their commit")
+        system.start_worker(system.worker(settings.with_id("worker-2")))
+        held_since = await system.queue.database_now()
+
+        async def three_leases_passed() -> bool:
+            return (await system.queue.database_now() - held_since).total_seconds() > 3 * LEASE
+        await system.wait_until(three_leases_passed, 10, "three lease lengths")
+        release.set()
+        await system.wait_all_terminal(timeout=10)
+        counts = await counts_by_job(system)
+    assert [abhcf(counts[job_id]) for job_id in ids] == [(1, 1, 1, 1)] * 2
+    assert holder.stats.succeeded == 2 and holder.stats.lost_renewals == 0
+
+
+def _paused(faults: FaultPlan):
+    async def check() -> bool:
+        return faults.pauses_in_progress > 0
+    return check
+
+
+@pytest.mark.parametrize("finalize", ["succeed", "retry", "dead"])
+async def test_a_finalize_whose_commit_answer_was_lost_reports_what_it_committed(databases, caplog, finalize):
+    """The COMMIT of the first finalize succeeds but its answer is lost: the worker tries again, first
+    reads what its claim recorded, and reports the win it made. Retrying blindly, the fence refused the
+    worker's own success and it logged "lease lost" and counted a lost finalize for a finalize it won."""
+    charge_faults = {"succeed": ChargeFaults(), "retry": ChargeFaults(transient_rate=1.0),
+                     "dead": ChargeFaults(permanent_rate=1.0)}[finalize]
+    async with local_system(charge_faults=charge_faults, databases=databases) as system:
+        job_id = await system.submit_http(1250, max_attempts=2)
+        faults = FaultPlan()
+        faults.arm_lost_answer()
+        worker = system.worker(fast_settings(), faults)
+        system.start_worker(worker)
+        await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=10)
+        outcomes = [a["outcome"] for a in await system.queue.attempts_of(job_id)]
+        stats = (await system.stop_workers())[0]
+    assert [t.action for t in faults.triggered] == ["lose_answer"]
+    expected = {"succeed": ["succeeded"], "retry": ["retried", "dead"], "dead": ["dead"]}[finalize]
+    assert outcomes == expected
+    assert (stats.succeeded, stats.retried, stats.dead, stats.lost_finalizes) == (
+        outcomes.count("succeeded"), outcomes.count("retried"), outcomes.count("dead"), 0)
+    assert "refused" not in caplog.text and "answer was lost" in caplog.text
 
 
 async def test_jobs_are_handled_by_kind(databases):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from reliableq import invariants
 from reliableq.config import Mechanisms
+from reliableq.faults import Triggered
 
 LEASE = 30.0
 
@@ -45,3 +46,57 @@ async def test_unfinished_and_lost_jobs_are_named(make_queue, submission, databa
     job = await make_queue().submit(submission())
     checks = await invariants.check_stored(databases, acknowledged=[job.id, uuid.uuid4()])
     assert {"every acknowledged job is stored", "every job is SUCCEEDED or DEAD"} <= set(broken(checks))
+
+
+async def _reclaimed_after_expiry(queue, submission):
+    """worker-1's claim ran out and worker-2 reclaimed the job (simulated clock); returns both claims."""
+    await queue.submit(submission())
+    (first,) = await queue.claim(1, "worker-1", lease_seconds=1)
+    later = await queue.database_now() + timedelta(seconds=2)
+    (second,) = await queue.claim(1, "worker-2", LEASE, now=later)
+    return first, second
+
+
+def _fault(point: str, action: str, job_id, worker: str) -> Triggered:
+    return Triggered(datetime.now(UTC), point, action, job_id, worker)
+
+
+async def test_a_lease_lost_without_a_fault_to_explain_it_is_caught(make_queue, submission, databases):
+    """A claim reclaimed after expiry is explained by its worker's crash or by a stall at a point that
+    stands for a stopped worker, not by a slow commit (a live worker keeps renewing through it)."""
+    first, _ = await _reclaimed_after_expiry(make_queue(), submission)
+    assert not (await invariants.lease_loss_check(databases, [])).held
+    for explained, fault in ((True, _fault("during_finalize", "crash", None, "worker-1")),
+                             (True, _fault("after_effect_before_finalize", "pause", first.id, "worker-1")),
+                             (True, _fault("during_renewal", "pause", first.id, "worker-1")),
+                             (False, _fault("before_group_commit", "pause", first.id, "worker-1")),
+                             (False, _fault("after_effect_before_finalize", "pause", first.id, "worker-2"))):
+        assert (await invariants.lease_loss_check(databases, [fault])).held is explained, fault
+
+
+async def test_a_worker_account_that_disagrees_with_postgresql_is_caught(make_queue, submission, databases):
+    """A worker that reports a won finalize as lost (or counts one it never made) is named."""
+    queue = make_queue()
+    first, second = await _reclaimed_after_expiry(queue, submission)
+    assert await queue.succeed(second) and not await queue.succeed(first)
+    zero = {"succeeded": 0, "retried": 0, "dead": 0, "lost_finalizes": 0}
+    truthful = {"worker-1": zero | {"lost_finalizes": 1}, "worker-2": zero | {"succeeded": 1}}
+    assert (await invariants.accounts_check(databases, truthful)).held
+    misreported = truthful | {"worker-2": zero | {"lost_finalizes": 1}}
+    check = await invariants.accounts_check(databases, misreported)
+    assert [v["worker"] for v in check.violations] == ["worker-2"]
+
+
+async def test_claims_beyond_the_fleet_limit_are_caught(make_queue, submission, databases):
+    """Two leases live at once break a limit of one, not a limit of two; a claim after the first lease
+    ran out (or after it was finalized) breaks nothing."""
+    queue = make_queue()
+    for _ in range(3):
+        await queue.submit(submission())
+    now = await queue.database_now()
+    (first,) = await queue.claim(1, "w1", lease_seconds=5, now=now)
+    await queue.claim(1, "w2", lease_seconds=1, now=now + timedelta(seconds=1))
+    assert not (await invariants.fleet_limit_check(databases, 1)).held
+    assert (await invariants.fleet_limit_check(databases, 2)).held
+    await queue.claim(1, "w3", lease_seconds=1, now=now + timedelta(seconds=2.5))
+    assert (await invariants.fleet_limit_check(databases, 2)).held

@@ -10,7 +10,7 @@ import pytest
 
 from reliableq.config import Mechanisms
 from reliableq.faults import FaultPlan, WorkerCrashed
-from tests.conftest import worker_name
+from tests.conftest import wait_until_lease_ran_out, worker_name
 
 LEASE = 30.0
 
@@ -135,6 +135,54 @@ async def test_without_fencing_a_stale_owner_overwrites(make_queue, submission):
     assert (await queue.get(current.id)).status == "PENDING"
 
 
+@pytest.mark.parametrize("stale_first", [True, False])
+async def test_a_stale_and_a_current_claim_in_one_group_are_told_apart(make_queue, submission, stale_first):
+    """Two claims of one job in one grouped finalize (a stale owner's late success beside the current
+    owner's): the job is finalized once, only the current token wins, and each attempt records its own
+    outcome. A statement fenced per row but reporting per job id told both that they won (F=2)."""
+    queue = make_queue()
+    stale, current = await _stale_and_current(queue, submission)
+    group = [stale, current] if stale_first else [current, stale]
+    assert await queue.succeed_many(group) == [claim is current for claim in group]
+    assert [a["outcome"] for a in await queue.attempts_of(current.id)] == ["lost_succeed", "succeeded"]
+    assert (await queue.get(current.id)).status == "SUCCEEDED"
+
+
+async def test_without_fencing_both_claims_in_one_group_write_blindly(make_queue, submission):
+    """Without fencing, each claim's success lands as it would in its own statement: both win, F=2."""
+    queue = make_queue(Mechanisms().without("fencing"))
+    stale, current = await _stale_and_current(queue, submission)
+    assert await queue.succeed_many([stale, current]) == [True, True]
+    assert [a["outcome"] for a in await queue.attempts_of(current.id)] == ["succeeded", "succeeded"]
+
+
+async def test_a_lease_that_ran_out_is_never_renewed(make_queue, submission):
+    """A renewal that comes after the lease ran out is refused, even though nobody reclaimed the job:
+    a fleet claim may already have counted its slot as free. Until someone does reclaim it, the claim
+    still owns the job, and its finalize wins."""
+    queue = make_queue()
+    await queue.submit(submission())
+    (job,) = await queue.claim(1, "slow-worker", lease_seconds=0.2)
+    await wait_until_lease_ran_out(queue, job)
+    assert await queue.renew(job, LEASE) is False
+    assert (await queue.get(job.id)).lease_expires_at == job.lease_expires_at
+    assert await queue.succeed(job) is True
+    assert [a["outcome"] for a in await queue.attempts_of(job.id)] == ["succeeded"]
+
+
+async def test_a_finalize_reads_what_its_claim_already_recorded(make_queue, submission):
+    """What a retried finalize asks first: nothing yet, then the operation its first try committed and
+    whether it won (a renewal's refusal or an expiry is not a finalize)."""
+    queue = make_queue()
+    stale, current = await _stale_and_current(queue, submission)
+    assert await queue.finalize_recorded(stale) is None  # `expired`: reclaimed, but it finalized nothing
+    assert await queue.retry(stale, 0, "transient: 503") is False
+    assert await queue.finalize_recorded(stale) == ("retry", False)
+    assert await queue.finalize_recorded(current) is None
+    assert await queue.succeed(current) is True
+    assert await queue.finalize_recorded(current) == ("succeed", True)
+
+
 async def test_a_repeated_finalize_never_rewrites_a_recorded_win(make_queue, submission):
     """A finalize retried after an error it did not see succeed loses, and the first win stays on record."""
     queue = make_queue()
@@ -219,7 +267,7 @@ async def test_grouped_successes_are_fenced_one_by_one(make_queue, submission):
     await queue.submit(submission())
     (fresh,) = await queue.claim(1, "w", LEASE)
     won = await queue.succeed_many([fresh, stale])
-    assert won == {fresh.id: True, stale.id: False}
+    assert won == [True, False]
     assert [a["outcome"] for a in await queue.attempts_of(stale.id)] == ["lost_succeed", None]
     assert (await queue.get(current.id)).status == "RUNNING"
 

@@ -1,0 +1,101 @@
+"""Keeping a claim's lease: renewed every third of the lease from the start of the effect until the
+finalize is recorded.
+
+Why until the finalize, not only while the effect runs: a success may wait for its group's commit, and a
+finalize may be retried after a database error; a lease that ran out meanwhile would let another worker
+run the job again for nothing. What it does not do: keep a stalled worker's lease. A handler stalled at a
+fault point stands for a stopped process, so renewals stop while `suspended()` lasts, and a renewal that
+comes too late is refused by the database (a lease that ran out is never revived): the keeper reports the
+loss and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from reliableq.queue import Job, Queue
+
+log = logging.getLogger("reliableq.worker")
+
+
+class LeaseKeeper:
+    """`async with LeaseKeeper(...)`: renew `job`'s lease in the background until the block ends.
+    `renewing=False` (leases off) keeps nothing. `on_lost` is called once if a renewal is refused while
+    nobody is finalizing the job; during the finalize a refusal may be the finalize's own doing, and the
+    finalize's answer says whether the lease was lost."""
+
+    def __init__(self, queue: Queue, job: Job, lease_seconds: float, *, fleet_limited: bool = False,
+                 renewing: bool = True, on_lost: Callable[[], None] = lambda: None) -> None:
+        self.queue, self.job, self.lease_seconds = queue, job, lease_seconds
+        self.fleet_limited, self.renewing, self.on_lost = fleet_limited, renewing, on_lost
+        self._stop = asyncio.Event()
+        self._suspended = False
+        self._finalizing = False
+        self._renewer: asyncio.Task | None = None
+
+    async def __aenter__(self) -> LeaseKeeper:
+        if self.renewing:
+            self._renewer = asyncio.create_task(self._renew_until_stopped())
+        return self
+
+    async def __aexit__(self, error_type, error, traceback) -> None:
+        if self._renewer is None:
+            return
+        self._stop.set()
+        if error_type is not None:  # a crash or a cancellation: stop at once, as a dead process would
+            self._renewer.cancel()
+        # Otherwise a renewal in flight finishes: cancelled mid-query, it would cost the pool its connection.
+        # (Cancelling this task while it waits here cancels the renewer too.)
+        await asyncio.gather(self._renewer, return_exceptions=True)
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """No renewals while the block lasts (a stalled handler stands for a stopped process)."""
+        self._suspended = True
+        try:
+            yield
+        finally:
+            self._suspended = False
+
+    def finalizing(self) -> None:
+        """The finalize starts now: a refused renewal from here on is no news of its own."""
+        self._finalizing = True
+
+    async def _renew_until_stopped(self) -> None:
+        # A third of the lease: two renewals can fail or run late before the lease is lost.
+        interval = self.lease_seconds / 3
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), interval)
+                return
+            except TimeoutError:
+                pass
+            if self._suspended:
+                continue
+            try:
+                won = await self.queue.renew(self.job, self.lease_seconds, fleet_limited=self.fleet_limited)
+            except (psycopg.Error, PoolTimeout) as error:
+                reraise_if_cancelled()
+                # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
+                log.warning("worker %s could not renew job %s: %s", self.job.worker_id, self.job.id, error)
+                continue
+            if not won:
+                if not self._finalizing:
+                    self.on_lost()
+                    log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id)
+                return
+
+
+def reraise_if_cancelled() -> None:
+    """Called in an `except` for database errors: psycopg answers a cancelled query with QueryCanceled,
+    so the task's cancellation can arrive dressed as a database error. Swallowing it would keep a
+    renewer alive after its handler finished, renewing a lease nobody will ever finalize."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise
