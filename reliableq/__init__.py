@@ -11,6 +11,7 @@ Layout (one noun per module):
     api       the HTTP API: submit (202 after commit), inspect, replay
     worker    the asyncio worker: permits, leases, classification, graceful shutdown
     group_commit  callers that arrive during a commit share the next one (the worker's successes)
+    lease_keeper  renews a claim's lease from its effect until its finalize is recorded
     faults    named crash and pause points the harness arms
     servers   ASGI apps on loopback in a background thread
     harness   a whole system for one experiment on scratch databases

@@ -62,6 +62,11 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _check_fleet_limit(fleet_limit: int | None, mechanisms: Mechanisms) -> None:
+    if fleet_limit and not (mechanisms.skip_locked and mechanisms.leases):
+        raise UsageError("--fleet-limit needs the skip_locked and leases mechanisms on")
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -179,8 +184,7 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     mechanisms = _mechanisms(args)  # bad switches are a usage error, reported before touching the database
-    if args.fleet_limit and not (mechanisms.skip_locked and mechanisms.leases):
-        raise UsageError("--fleet-limit needs the skip_locked and leases mechanisms on")
+    _check_fleet_limit(args.fleet_limit, mechanisms)
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
                               charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
                               backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit)
@@ -364,8 +368,11 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 def cmd_chaos(args: argparse.Namespace) -> int:
     from reliableq.chaos import ChaosConfig, run_chaos
+    mechanisms = _mechanisms(args)
+    _check_fleet_limit(args.fleet_limit, mechanisms)
     config = ChaosConfig(seed=args.seed, jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,
-                         lease_seconds=args.lease, settle_seconds=args.settle, mechanisms=_mechanisms(args))
+                         lease_seconds=args.lease, settle_seconds=args.settle, fleet_limit=args.fleet_limit,
+                         mechanisms=mechanisms)
     report = _run(run_chaos(config))
     print(report.text())
     return 0 if report.ok else 1
@@ -485,6 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_positive_int, default=4, help="permits per worker")
     p.add_argument("--lease", type=_positive_float, default=1.0, help="lease seconds")
     p.add_argument("--settle", type=_positive_float, default=60.0, help="seconds the run may take to settle")
+    p.add_argument("--fleet-limit", type=_positive_int,
+                   help="jobs in flight across all workers (checked: live leases never exceed it)")
     _add_mechanism_option(p)
     p.set_defaults(run=cmd_chaos)
 

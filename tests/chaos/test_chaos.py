@@ -97,9 +97,9 @@ async def test_switching_a_mechanism_off_names_the_invariant_that_breaks(mechani
 def test_chaos_command_exits_non_zero_on_a_violation():
     """`reliableq chaos` prints the report; exit 0 when invariants hold, 1 naming the broken one."""
     args = [sys.executable, "-m", "reliableq", "chaos", "--seed", "3", "--jobs", "40", "--lease", "0.5"]
-    ok = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(args + ["--fleet-limit", "5"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "all invariants held" in ok.stdout
+    assert "all invariants held" in ok.stdout and "live leases never exceeded the fleet limit (5)" in ok.stdout
     broken = subprocess.run(args + ["--off", "idempotency"], capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1
     assert "BROKEN" in broken.stdout and "one charge per job" in broken.stdout

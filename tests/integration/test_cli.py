@@ -82,6 +82,8 @@ def test_demo_without_idempotency_shows_two_charges():
     pytest.param(["submit", "--amount", "-5"], id="negative-amount"),
     pytest.param(["worker", "--grace", "-1"], id="negative-grace"),
     pytest.param(["worker", "--lease", "nan"], id="nan-lease"),
+    pytest.param(["chaos", "--fleet-limit", "2", "--off", "leases"], id="fleet-limit-without-leases"),
+    pytest.param(["chaos", "--fleet-limit", "0"], id="zero-fleet-limit"),
 ])
 def test_bad_arguments_fail_with_one_line(args):
     """Bad arguments exit non-zero with one `error` line on stderr and no traceback."""
