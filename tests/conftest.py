@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -96,6 +97,17 @@ async def serve(app) -> AsyncIterator[httpx.AsyncClient]:
             yield client
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def stale_and_current(queue: Queue, submission, stale_worker: str = "paused-worker",
+                            current_worker: str = "rescuer"):
+    """One job claimed twice: `stale_worker`'s 1 s lease ran out and `current_worker` reclaimed the job
+    (the claim's clock moved 2 s on); returns both claims."""
+    await queue.submit(submission())
+    (stale,) = await queue.claim(1, stale_worker, lease_seconds=1)
+    later = await queue.database_now() + timedelta(seconds=2)
+    (current,) = await queue.claim(1, current_worker, 30.0, now=later)
+    return stale, current
 
 
 async def wait_until_lease_ran_out(queue: Queue, job, timeout: float = 10.0) -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from reliableq import invariants
 from reliableq.config import Mechanisms
 from reliableq.faults import Triggered
+from tests.conftest import stale_and_current
 
 LEASE = 30.0
 
@@ -48,15 +49,6 @@ async def test_unfinished_and_lost_jobs_are_named(make_queue, submission, databa
     assert {"every acknowledged job is stored", "every job is SUCCEEDED or DEAD"} <= set(broken(checks))
 
 
-async def _reclaimed_after_expiry(queue, submission):
-    """worker-1's claim ran out and worker-2 reclaimed the job (simulated clock); returns both claims."""
-    await queue.submit(submission())
-    (first,) = await queue.claim(1, "worker-1", lease_seconds=1)
-    later = await queue.database_now() + timedelta(seconds=2)
-    (second,) = await queue.claim(1, "worker-2", LEASE, now=later)
-    return first, second
-
-
 def _fault(point: str, action: str, job_id, worker: str) -> Triggered:
     return Triggered(datetime.now(UTC), point, action, job_id, worker)
 
@@ -64,7 +56,7 @@ def _fault(point: str, action: str, job_id, worker: str) -> Triggered:
 async def test_a_lease_lost_without_a_fault_to_explain_it_is_caught(make_queue, submission, databases):
     """A claim reclaimed after expiry is explained by its worker's crash or by a stall at a point that
     stands for a stopped worker, not by a slow commit (a live worker keeps renewing through it)."""
-    first, _ = await _reclaimed_after_expiry(make_queue(), submission)
+    first, _ = await stale_and_current(make_queue(), submission, "worker-1", "worker-2")
     assert not (await invariants.lease_loss_check(databases, [])).held
     for explained, fault in ((True, _fault("during_finalize", "crash", None, "worker-1")),
                              (True, _fault("after_effect_before_finalize", "pause", first.id, "worker-1")),
@@ -77,7 +69,7 @@ async def test_a_lease_lost_without_a_fault_to_explain_it_is_caught(make_queue, 
 async def test_a_worker_account_that_disagrees_with_postgresql_is_caught(make_queue, submission, databases):
     """A worker that reports a won finalize as lost (or counts one it never made) is named."""
     queue = make_queue()
-    first, second = await _reclaimed_after_expiry(queue, submission)
+    first, second = await stale_and_current(queue, submission, "worker-1", "worker-2")
     assert await queue.succeed(second) and not await queue.succeed(first)
     zero = {"succeeded": 0, "retried": 0, "dead": 0, "lost_finalizes": 0}
     truthful = {"worker-1": zero | {"lost_finalizes": 1}, "worker-2": zero | {"succeeded": 1}}

@@ -10,7 +10,7 @@ import pytest
 
 from reliableq.config import Mechanisms
 from reliableq.faults import FaultPlan, WorkerCrashed
-from tests.conftest import wait_until_lease_ran_out, worker_name
+from tests.conftest import stale_and_current, wait_until_lease_ran_out, worker_name
 
 LEASE = 30.0
 
@@ -96,18 +96,10 @@ async def test_without_leases_a_claimed_job_is_stranded(make_queue, submission):
     assert await queue.claim(1, "rescuer", LEASE, now=far_future) == []
 
 
-async def _stale_and_current(queue, submission):
-    await queue.submit(submission())
-    (stale,) = await queue.claim(1, "paused-worker", lease_seconds=1)
-    later = await queue.database_now() + timedelta(seconds=2)
-    (current,) = await queue.claim(1, "rescuer", LEASE, now=later)
-    return stale, current
-
-
 async def test_stale_token_renew_succeed_retry_dead_affect_zero_rows(make_queue, submission):
     """With fencing, every ownership-sensitive update by a stale owner loses and changes nothing."""
     queue = make_queue()
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     before = await queue.get(current.id)
     assert await queue.renew(stale, LEASE) is False
     assert await queue.succeed(stale) is False
@@ -124,12 +116,12 @@ async def test_without_fencing_a_stale_owner_overwrites(make_queue, submission):
     """Without fencing, a stale owner's succeed wins a second time (F = 2), and its retry sends a
     finished job back to PENDING."""
     queue = make_queue(Mechanisms().without("fencing"))
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     assert await queue.succeed(current) is True
     assert await queue.succeed(stale) is True
     finalized = [a for a in await queue.attempts_of(current.id) if a["outcome"] == "succeeded"]
     assert len(finalized) == 2
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     assert await queue.succeed(current) is True
     assert await queue.retry(stale, 0, "stale retry") is True
     assert (await queue.get(current.id)).status == "PENDING"
@@ -141,7 +133,7 @@ async def test_a_stale_and_a_current_claim_in_one_group_are_told_apart(make_queu
     owner's): the job is finalized once, only the current token wins, and each attempt records its own
     outcome. A statement fenced per row but reporting per job id told both that they won (F=2)."""
     queue = make_queue()
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     group = [stale, current] if stale_first else [current, stale]
     assert await queue.succeed_many(group) == [claim is current for claim in group]
     assert [a["outcome"] for a in await queue.attempts_of(current.id)] == ["lost_succeed", "succeeded"]
@@ -151,7 +143,7 @@ async def test_a_stale_and_a_current_claim_in_one_group_are_told_apart(make_queu
 async def test_without_fencing_both_claims_in_one_group_write_blindly(make_queue, submission):
     """Without fencing, each claim's success lands as it would in its own statement: both win, F=2."""
     queue = make_queue(Mechanisms().without("fencing"))
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     assert await queue.succeed_many([stale, current]) == [True, True]
     assert [a["outcome"] for a in await queue.attempts_of(current.id)] == ["succeeded", "succeeded"]
 
@@ -174,7 +166,7 @@ async def test_a_finalize_reads_what_its_claim_already_recorded(make_queue, subm
     """What a retried finalize asks first: nothing yet, then the operation its first try committed and
     whether it won (a renewal's refusal or an expiry is not a finalize)."""
     queue = make_queue()
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     assert await queue.finalize_recorded(stale) is None  # `expired`: reclaimed, but it finalized nothing
     assert await queue.retry(stale, 0, "transient: 503") is False
     assert await queue.finalize_recorded(stale) == ("retry", False)
@@ -263,7 +255,7 @@ async def test_grouped_successes_are_fenced_one_by_one(make_queue, submission):
     """One statement finalizes a group: the owners win, the stale owner in the same group loses and
     its attempt says so; a crash during the group's commit rolls back every success in it."""
     queue = make_queue()
-    stale, current = await _stale_and_current(queue, submission)
+    stale, current = await stale_and_current(queue, submission)
     await queue.submit(submission())
     (fresh,) = await queue.claim(1, "w", LEASE)
     won = await queue.succeed_many([fresh, stale])
