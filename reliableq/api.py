@@ -25,8 +25,8 @@ from starlette.background import BackgroundTask
 from reliableq import db
 from reliableq.charge import idempotency_key
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
-from reliableq.faults import FaultPlan, WorkerCrashed
 from reliableq.group_commit import GroupCommitter
+from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.payload import InvalidSubmission, Submission, parse_batch, parse_submission
 from reliableq.queue import STATUSES, Queue, json_row
 
@@ -83,10 +83,10 @@ def _parse_job_id(raw: str) -> uuid.UUID | None:
         return None
 
 
-def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultPlan | None = None,
+def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultHook | None = None,
                    api_token: str | None = None, pool_size: int = 10) -> FastAPI:
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token."""
-    faults = faults or FaultPlan()
+    faults = faults or FaultHook()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -203,11 +203,11 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     return app
 
 
-async def _store_after_ack(store: Callable[[], Awaitable[object]], acknowledged: Any, faults: FaultPlan) -> None:
+async def _store_after_ack(store: Callable[[], Awaitable[object]], acknowledged: Any, faults: FaultHook) -> None:
     """The naive path's insert, run after the 202 went out. `acknowledged`: the job id, or the batch's ids."""
     try:
         await faults.reach("after_ack_before_commit", acknowledged, "api")
-    except WorkerCrashed:
+    except SimulatedCrash:
         if isinstance(acknowledged, uuid.UUID):
             log.warning("simulated API crash after acknowledging job %s: the job is lost", acknowledged)
         else:

@@ -1,11 +1,12 @@
-"""Named fault points the worker passes through, and the harness's switches to arm them.
+"""The harness's switches for the core's named fault points (`reliableq.hooks`): a `FaultPlan` arms them.
 
-The worker calls `await faults.reach(point, job)` at each named point; unarmed, that does nothing.
-Tests, stages and the chaos suite arm a point to crash or pause there. Faults live here, in the
-harness's hands, never as sleeps sprinkled through library code. A crash is either simulated in-process
-(the worker stops dead: no finalize, no lease release, its open transaction rolled back) or real
-(SIGKILL to its own process, for the demos that run separate processes). A third kind of fault loses
-the answer to a COMMIT that succeeded, as a dropped connection would: the caller cannot tell.
+The core calls `await hook.reach(point, job)` at each named point; a FaultPlan is such a hook, and
+unarmed it does nothing. Tests, stages and the chaos suite arm a point to crash or pause there. Faults
+live here, in the harness's hands, never as sleeps sprinkled through library code. A crash is either
+simulated in-process (`SimulatedCrash`: the worker stops dead: no finalize, no lease release, its open
+transaction rolled back) or real (SIGKILL to its own process, for the demos that run separate
+processes). A third kind of fault loses the answer to a COMMIT that succeeded, as a dropped connection
+would: the caller cannot tell.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from typing import Any
 
 import psycopg
 
-# Worker points, in the order a job passes them, and the API's point between 202 and commit.
+from reliableq.hooks import FaultHook, SimulatedCrash
+
+# Which of the core's points (reliableq.hooks.POINTS) each action may be armed at. Crashes: worker points,
+# in the order a job passes them, and the API's point between 202 and commit.
 CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize",
                 "after_ack_before_commit")
 # Pauses may also stop a naive claimer between its read and its update (stage `skip-locked`), hold a
@@ -32,17 +36,6 @@ PAUSE_POINTS = CRASH_POINTS + ("before_claim_update", "during_effect", "before_g
 STALLING_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_renewal")
 # Where an answer can be lost: after a finalize's COMMIT succeeded, before the worker hears of it.
 LOST_ANSWER_POINTS = ("after_finalize_commit",)
-
-
-class WorkerCrashed(BaseException):
-    """Raised at an armed crash point: the worker must stop as a killed process would.
-
-    A BaseException so that no `except Exception` on the way up can swallow it."""
-
-    def __init__(self, point: str, job_id: Any = None) -> None:
-        super().__init__(f"simulated crash at {point}")
-        self.point = point
-        self.job_id = job_id
 
 
 class AnswerLost(psycopg.OperationalError):
@@ -72,7 +65,7 @@ class _Armed:
 
 
 @dataclass
-class FaultPlan:
+class FaultPlan(FaultHook):
     """Armed faults by point. One plan may be shared by several in-process workers."""
 
     armed: dict[str, list[_Armed]] = field(default_factory=dict)
@@ -122,7 +115,7 @@ class FaultPlan:
         if armed.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if armed.action == "crash":
-            raise WorkerCrashed(point, job_id)
+            raise SimulatedCrash(point, job_id)
         if armed.action == "lose_answer":
             raise AnswerLost(f"the connection dropped after COMMIT at {point} (simulated); its answer was lost")
         self.pauses_in_progress += 1

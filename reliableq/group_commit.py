@@ -17,8 +17,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from reliableq.faults import WorkerCrashed
-
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -52,7 +50,9 @@ class GroupCommitter(Generic[Item, Result]):
                 except asyncio.CancelledError:
                     _settle(group, cancel=True)
                     raise
-                except (Exception, WorkerCrashed) as error:  # each caller reacts as to its own commit failing
+                except BaseException as error:
+                    # Each caller reacts as to its own commit failing. BaseException, not Exception: a fault
+                    # hook's SimulatedCrash (reliableq.hooks) must reach every caller of the group too.
                     _settle(group, error=error)
                     continue
                 _settle(group, results=results)

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from reliableq import sql
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan
+from reliableq.hooks import FaultHook
 from reliableq.payload import Submission
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "DEAD")
@@ -81,10 +81,10 @@ class Queue:
     """Jobs in PostgreSQL, read and written according to `mechanisms`."""
 
     def __init__(self, pool: AsyncConnectionPool, mechanisms: Mechanisms = Mechanisms(),
-                 faults: FaultPlan | None = None) -> None:
+                 faults: FaultHook | None = None) -> None:
         self.pool = pool
         self.mechanisms = mechanisms
-        self.faults = faults or FaultPlan()
+        self.faults = faults or FaultHook()  # the lab installs a FaultPlan here; production, the no-op
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:

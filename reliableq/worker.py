@@ -27,8 +27,8 @@ from psycopg_pool import PoolTimeout
 from reliableq.backoff import Backoff
 from reliableq.charge import ChargeClient, ChargeOutcome
 from reliableq.config import WorkerSettings
-from reliableq.faults import FaultPlan, WorkerCrashed
 from reliableq.group_commit import GroupCommitter
+from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
 from reliableq.queue import Job, Queue
 
@@ -62,12 +62,12 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, queue: Queue, charges: ChargeClient, settings: WorkerSettings = WorkerSettings(),
-                 faults: FaultPlan | None = None) -> None:
+                 faults: FaultHook | None = None) -> None:
         self.queue = queue
         self.mechanisms = queue.mechanisms
         self.charges = charges
         self.settings = settings
-        self.faults = faults or FaultPlan()
+        self.faults = faults or FaultHook()
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_worker_numbers)}"
         self.backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds, settings.backoff_seed)
         self.stats = WorkerStats()
@@ -107,7 +107,7 @@ class Worker:
                     except TimeoutError:
                         pass
             await self._drain()
-        except WorkerCrashed as crash:
+        except SimulatedCrash as crash:
             self._die(crash)
         return self.stats
 
@@ -141,12 +141,12 @@ class Worker:
         if task.cancelled():
             return
         error = task.exception()
-        if isinstance(error, WorkerCrashed):
+        if isinstance(error, SimulatedCrash):
             self._die(error)
         elif error is not None:
             log.error("handler failed unexpectedly: %r", error)
 
-    def _die(self, crash: WorkerCrashed) -> None:
+    def _die(self, crash: SimulatedCrash) -> None:
         """Stop as a killed process would: no finalize, no lease release, nothing more claimed."""
         if self.stats.crashed_at is None:
             self.stats.crashed_at = crash.point

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan, WorkerCrashed
+from reliableq.faults import FaultPlan
+from reliableq.hooks import SimulatedCrash
 from tests.conftest import stale_and_current, wait_until_lease_ran_out, worker_name
 
 LEASE = 30.0
@@ -268,6 +269,6 @@ async def test_grouped_successes_are_fenced_one_by_one(make_queue, submission):
     crashing = make_queue(faults=faults)
     await queue.submit(submission())
     (other,) = await queue.claim(1, "w", LEASE)
-    with pytest.raises(WorkerCrashed):
+    with pytest.raises(SimulatedCrash):
         await crashing.succeed_many([current, other])
     assert {(await queue.get(j.id)).status for j in (current, other)} == {"RUNNING"}
