@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.background import BackgroundTask
 
 from reliableq import db
-from reliableq.charge import idempotency_key
+from reliableq.charge.client import idempotency_key
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash

@@ -33,7 +33,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from reliableq import db, invariants, peers, processes, sql
-from reliableq.charge import idempotency_key
+from reliableq.charge.client import idempotency_key
 from reliableq.invariants import Check
 from reliableq.ledger import job_counts
 from reliableq.payload import Submission

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from reliableq import invariants
-from reliableq.charge import ChargeFaults
+from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 from reliableq.faults import CRASH_POINTS, FaultPlan
 from reliableq.harness import LocalSystem, fast_settings, local_system

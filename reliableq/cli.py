@@ -172,7 +172,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
-    from reliableq.charge import ChargeFaults, create_charge_app
+    from reliableq.charge.service import ChargeFaults, create_charge_app
     faults = ChargeFaults(latency_seconds=args.latency, transient_rate=args.transient_rate,
                           timeout_rate=args.timeout_rate, permanent_rate=args.permanent_rate,
                           lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed)
@@ -195,7 +195,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultPlan) -> int:
-    from reliableq.charge import ChargeClient
+    from reliableq.charge.client import ChargeClient
     from reliableq.queue import Queue
     from reliableq.worker import Worker
     databases = db.resolve()

@@ -21,7 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from reliableq import db
 from reliableq.api import create_api_app
-from reliableq.charge import ChargeClient, ChargeFaults, create_charge_app
+from reliableq.charge.client import ChargeClient
+from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.faults import FaultPlan
 from reliableq.ledger import JobCounts, job_counts

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from reliableq import timeline
-from reliableq.charge import ChargeFaults
+from reliableq.charge.service import ChargeFaults
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
 from reliableq.faults import CRASH_POINTS, FaultPlan
 from reliableq.harness import LocalSystem, fast_settings, local_system

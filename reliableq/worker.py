@@ -25,7 +25,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from reliableq.backoff import Backoff
-from reliableq.charge import ChargeClient, ChargeOutcome
+from reliableq.charge.client import ChargeClient, ChargeOutcome
 from reliableq.config import WorkerSettings
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash

@@ -17,7 +17,7 @@ import time
 
 from reliableq import lab
 from reliableq.backoff import Backoff
-from reliableq.charge import ChargeFaults
+from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 
 NAME = "backoff"

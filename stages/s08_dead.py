@@ -13,7 +13,7 @@ the replay is manual.
 from __future__ import annotations
 
 from reliableq import lab
-from reliableq.charge import ChargeFaults
+from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 
 NAME = "dead"

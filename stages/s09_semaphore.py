@@ -13,7 +13,7 @@ bound knows the dependency's real capacity, which can shrink while the limits st
 from __future__ import annotations
 
 from reliableq import lab
-from reliableq.charge import ChargeFaults
+from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 
 NAME = "semaphore"

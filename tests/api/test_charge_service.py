@@ -18,7 +18,8 @@ import httpx
 import psycopg
 import pytest
 
-from reliableq.charge import ChargeClient, ChargeFaults, create_charge_app, idempotency_key
+from reliableq.charge.client import ChargeClient, idempotency_key
+from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.servers import LoopbackServer
 from tests.conftest import serve
 

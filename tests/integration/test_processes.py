@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reliableq import db
-from reliableq.charge import ChargeFaults, create_charge_app
+from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.ledger import job_counts
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue

@@ -13,7 +13,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from reliableq import sql
-from reliableq.charge import ChargeFaults
+from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 from reliableq.faults import FaultPlan
 from reliableq.harness import LocalSystem, fast_settings, local_system

@@ -6,7 +6,7 @@ import pytest
 
 from reliableq import sql
 from reliableq.backoff import Backoff
-from reliableq.charge import classify_status
+from reliableq.charge.client import classify_status
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.faults import FaultPlan
 from reliableq.payload import InvalidSubmission, parse_submission

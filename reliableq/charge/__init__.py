@@ -1,0 +1,8 @@
+"""The charge: the side effect a charge job performs, kept apart from the queue that runs it.
+
+    service   the charge service: its own database, one charge per idempotency key, injected faults
+    client    the worker's client: the job's stable key, every answer classified
+
+The charge layer uses the core's database helpers and SQL loader; it never imports the lab, the bench
+or the CLI.
+"""
