@@ -5,7 +5,7 @@ API when the run needs it, workers), started with the CLI as an operator would. 
 same PostgreSQL server, pgbench runs the queue's own one-row insert and claim+finalize cycle at
 matching client counts (and the peers pgqueuer and procrastinate when installed), so each figure of
 ours is reported with the bound it runs against. A run passes its correctness gate
-(`reliableq.invariants`) or is reported as failed and left out of every average; latency samples
+(`reliableq.lab.invariants`) or is reported as failed and left out of every average; latency samples
 outside a run's monotonic window are rejected. It measures and reports speed; it asserts none.
 Files (JSON, CSV, PNG, markdown) are written by `reliableq.bench_report`.
 """
@@ -32,16 +32,17 @@ import httpx
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from reliableq import db, invariants, peers, processes, sql
+from reliableq import db, peers, sql
 from reliableq.charge.client import idempotency_key
-from reliableq.invariants import Check
-from reliableq.ledger import job_counts
+from reliableq.lab import invariants, processes
+from reliableq.lab.invariants import Check
+from reliableq.lab.ledger import job_counts
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 
 _Q = sql.queries("bench")
 PAYLOAD = {"amount_cents": 1250, "currency": "USD"}
-UNFINISHED_CHECK = "every job is SUCCEEDED or DEAD"  # the names reliableq.invariants gives them
+UNFINISHED_CHECK = "every job is SUCCEEDED or DEAD"  # the names reliableq.lab.invariants gives them
 UNCHARGED_CHECK = "every SUCCEEDED job has its charge"
 WORKER_READY_SECONDS = 30.0
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from reliableq import db
 from reliableq.config import Mechanisms, WorkerSettings
-from reliableq.faults import CRASH_POINTS, FaultPlan
+from reliableq.lab.faults import CRASH_POINTS, FaultPlan
 from reliableq.payload import InvalidSubmission, parse_submission
 
 T = TypeVar("T")
@@ -296,7 +296,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from reliableq import demo
+    from reliableq.lab import demo
     if args.story == "crash":
         result = _run(demo.crash_after_charge(_mechanisms(args)))
     elif args.off:
@@ -311,12 +311,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_stage(args: argparse.Namespace) -> int:
     import stages
-    from reliableq import lab
+    from reliableq.lab.experiment import ScenarioParams
     try:
         stage = stages.get(args.name)
     except LookupError as error:
         raise UsageError(str(error)) from None
-    params = lab.ScenarioParams(seed=args.seed)
+    params = ScenarioParams(seed=args.seed)
     runs = [False, True] if args.mode == "compare" else [args.mode == "on"]
     print(f"stage {stage.NAME}: {stage.FAILURE}\ninvariant: {stage.INVARIANT}")
     for on in runs:
@@ -367,7 +367,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from reliableq.chaos import ChaosConfig, run_chaos
+    from reliableq.lab.chaos import ChaosConfig, run_chaos
     mechanisms = _mechanisms(args)
     _check_fleet_limit(args.fleet_limit, mechanisms)
     config = ChaosConfig(seed=args.seed, jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,

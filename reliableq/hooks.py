@@ -1,7 +1,7 @@
 """The core's fault hook: named points the worker, the queue and the API pass through, and a no-op.
 
 At each point the core calls `await hook.reach(point, subject, worker_id)`. In production the hook is
-a `FaultHook`, which does nothing. The lab's harness installs its own (`reliableq.faults.FaultPlan`)
+a `FaultHook`, which does nothing. The lab's harness installs its own (`reliableq.lab.faults.FaultPlan`)
 to crash, pause or lose an answer there; the switches live in the lab, never in this package. What the
 core knows of a fault is only what a hook may do at a point: return (at once, or after a pause), raise
 an error the caller would meet anyway (a `psycopg.Error` for a lost COMMIT answer), or raise

@@ -1,16 +1,16 @@
 """The lab's stages, in the order the mechanisms are introduced: naive first, then one per flag of
 `reliableq.config.Mechanisms`. Each module declares its failure, its invariant and its mechanism and
-has the same `scenario(on, params)`; `reliableq.lab` holds what they share.
+has the same `scenario(on, params)`; `reliableq.lab.experiment` holds what they share.
 
     import asyncio, stages
-    from reliableq.lab import ScenarioParams, compare
+    from reliableq.lab.experiment import ScenarioParams, compare
     off, on = asyncio.run(compare(stages.get("fencing"), ScenarioParams(seed=1)))
     print(off.summary()); print(on.rows())
 """
 
 from __future__ import annotations
 
-from reliableq import lab
+from reliableq.lab.experiment import Stage, index_stages
 from stages import (
     s01_naive,
     s02_commit_before_ack,
@@ -23,16 +23,16 @@ from stages import (
     s09_semaphore,
 )
 
-STAGES: list[lab.Stage] = [s01_naive, s02_commit_before_ack, s03_skip_locked, s04_leases, s05_fencing,
+STAGES: list[Stage] = [s01_naive, s02_commit_before_ack, s03_skip_locked, s04_leases, s05_fencing,
                            s06_idempotency, s07_backoff, s08_dead, s09_semaphore]
-BY_NAME: dict[str, lab.Stage] = lab.index_stages(STAGES)
+BY_NAME: dict[str, Stage] = index_stages(STAGES)
 
 
 def names() -> list[str]:
     return list(BY_NAME)
 
 
-def get(name: str) -> lab.Stage:
+def get(name: str) -> Stage:
     """The stage called `name` ('skip-locked'; the mechanism's spelling 'skip_locked' works too)."""
     stage = BY_NAME.get(name.strip().lower().replace("_", "-"))
     if stage is None:

@@ -8,8 +8,8 @@ of those assumptions and adds the mechanism that survives it.
 
 from __future__ import annotations
 
-from reliableq import lab
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "naive"
 MECHANISM = None
@@ -19,12 +19,12 @@ INVARIANT = "every submitted job ends SUCCEEDED with A=H=C=F=1"
 
 def mechanisms(on: bool) -> Mechanisms:
     """Everything off, whichever way `on` points: there is nothing to turn on yet."""
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """Submit `params.jobs` jobs through the API, run one worker until all are final."""
-    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+    async with experiment(NAME, MECHANISM, on, params) as run:
         ids = [await run.submit_http(1000 + i) for i in range(params.jobs)]
         worker = run.worker("worker-1")
         run.system.start_worker(worker)

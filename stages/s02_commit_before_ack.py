@@ -10,8 +10,8 @@ but the client got no 202 and can retry; what happens to the stored job afterwar
 
 from __future__ import annotations
 
-from reliableq import lab
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "commit-before-ack"
 MECHANISM = "commit_before_ack"
@@ -21,12 +21,12 @@ CRASH_POINT = "after_ack_before_commit"  # the API's only fault point; not taken
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """Arm the API crash for the first job, submit `params.jobs` jobs over HTTP, run a worker, count."""
-    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+    async with experiment(NAME, MECHANISM, on, params) as run:
         system = run.system
         system.api_faults.arm_crash(CRASH_POINT)
         crashed = system.api_faults.triggered

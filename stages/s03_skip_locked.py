@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
-from reliableq import lab
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "skip-locked"
 MECHANISM = "skip_locked"
@@ -23,12 +23,12 @@ INVARIANT = "each job is claimed by one worker at a time (A=1 when nothing fails
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """Two real workers over one queue; the naive claim is held open between its read and its update."""
-    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+    async with experiment(NAME, MECHANISM, on, params) as run:
         ids = await run.submit()
         both_read = asyncio.Event()
         faults = run.faults()

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
-from reliableq import lab
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, arm_crash_all, experiment, stage_mechanisms
 
 NAME = "leases"
 MECHANISM = "leases"
@@ -25,17 +25,17 @@ WAIT_LEASES = 2.5  # without leases, how many lease lengths the second worker po
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """worker-1 claims every job and crashes; worker-2 polls; see whether the jobs come back."""
     point = params.crash_point or CRASH_POINT
-    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+    async with experiment(NAME, MECHANISM, on, params) as run:
         system = run.system
         ids = await run.submit()
         faults = run.faults()
-        lab.arm_crash_all(faults, point, len(ids))
+        arm_crash_all(faults, point, len(ids))
         first = await asyncio.wait_for(run.worker("worker-1", faults).run(), 20)
         crashed_at = await system.queue.database_now()
         second = run.worker("worker-2")

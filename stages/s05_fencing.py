@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
-from reliableq import lab
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "fencing"
 MECHANISM = "fencing"
@@ -25,12 +25,12 @@ PAUSE_POINT = "after_effect_before_finalize"
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """Pause worker-1 after its charges until worker-2 has reclaimed and finished every job; resume."""
-    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+    async with experiment(NAME, MECHANISM, on, params) as run:
         system = run.system
         ids = await run.submit()
         resume = asyncio.Event()

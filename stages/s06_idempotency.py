@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
-from reliableq import lab
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, arm_crash_all, experiment, stage_mechanisms
 
 NAME = "idempotency"
 MECHANISM = "idempotency"
@@ -25,16 +25,16 @@ CRASH_POINT = "after_effect_before_finalize"  # default; params.crash_point over
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """worker-1 charges every job and crashes before finalizing; worker-2 reclaims and finishes them."""
     point = params.crash_point or CRASH_POINT
-    async with lab.experiment(NAME, MECHANISM, on, params) as run:
+    async with experiment(NAME, MECHANISM, on, params) as run:
         ids = await run.submit()
         faults = run.faults()
-        lab.arm_crash_all(faults, point, len(ids))
+        arm_crash_all(faults, point, len(ids))
         first = await asyncio.wait_for(run.worker("worker-1", faults).run(), 20)
         run.system.start_worker(run.worker("worker-2"))
         await run.wait_settled(ids)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 
-from reliableq import lab
 from reliableq.backoff import Backoff
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "backoff"
 MECHANISM = "backoff"
@@ -31,13 +31,13 @@ SCHEDULE_ATTEMPTS = 8  # how many retry delays per job the measurements list
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """An outage of OUTAGE_SECONDS (503 with probability params.failure_rate), then recovery."""
     faults = ChargeFaults(transient_rate=params.failure_rate, seed=params.seed)
-    async with lab.experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
+    async with experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
         ids = await run.submit()
         worker = run.worker("worker-1", backoff_base_seconds=BACKOFF_BASE_SECONDS,
                             backoff_max_seconds=BACKOFF_MAX_SECONDS)

@@ -12,9 +12,9 @@ the replay is manual.
 
 from __future__ import annotations
 
-from reliableq import lab
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "dead"
 MECHANISM = "dead"
@@ -25,14 +25,14 @@ OBSERVE_ATTEMPTS = 2 * BUDGET  # without dead: how many attempts we watch a job 
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """Cards rejected (422 with probability params.failure_rate); off: watch the retries climb;
     on: inspect the DEAD jobs over the API, fix the cause, replay them over the API."""
     faults = ChargeFaults(permanent_rate=params.failure_rate, seed=params.seed)
-    async with lab.experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
+    async with experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
         system = run.system
         ids = await run.submit(max_attempts=BUDGET)
         system.start_worker(run.worker("worker-1"))

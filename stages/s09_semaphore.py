@@ -12,9 +12,9 @@ bound knows the dependency's real capacity, which can shrink while the limits st
 
 from __future__ import annotations
 
-from reliableq import lab
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "semaphore"
 MECHANISM = "semaphore"
@@ -26,13 +26,13 @@ BUDGET = 10  # attempts per job: refusals are retried; the budget is not this st
 
 
 def mechanisms(on: bool) -> Mechanisms:
-    return lab.stage_mechanisms(MECHANISM, on)
+    return stage_mechanisms(MECHANISM, on)
 
 
-async def scenario(on: bool = True, params: lab.ScenarioParams = lab.ScenarioParams()) -> lab.ScenarioResult:
+async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """params.jobs due at once, one worker with params.concurrency permits, a service of capacity K."""
     faults = ChargeFaults(capacity=CHARGE_CAPACITY, latency_seconds=CHARGE_LATENCY_SECONDS, seed=params.seed)
-    async with lab.experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
+    async with experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
         ids = await run.submit(max_attempts=BUDGET)
         worker = run.worker("worker-1")
         run.system.start_worker(worker)

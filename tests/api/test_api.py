@@ -17,8 +17,8 @@ import pytest
 
 from reliableq.api import create_api_app
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
-from reliableq.faults import FaultPlan
-from reliableq.harness import local_system
+from reliableq.lab.faults import FaultPlan
+from reliableq.lab.harness import local_system
 from tests.conftest import serve
 
 # Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's

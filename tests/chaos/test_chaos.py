@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from reliableq.chaos import ChaosConfig, fault_schedule, run_chaos
 from reliableq.config import Mechanisms
+from reliableq.lab.chaos import ChaosConfig, fault_schedule, run_chaos
 
 SEED = 1
 FAST = dict(seed=SEED, jobs=120, workers=3, lease_seconds=0.5, settle_seconds=20.0)

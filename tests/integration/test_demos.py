@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reliableq import demo
+from reliableq.lab import demo
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,11 @@ import httpx
 import psycopg
 import pytest
 
-from reliableq import invariants, processes, sql
+from reliableq import sql
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan
-from reliableq.invariants import Check
+from reliableq.lab import invariants, processes
+from reliableq.lab.faults import FaultPlan
+from reliableq.lab.invariants import Check
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 from tests.conftest import wait_until_lease_ran_out

@@ -1,4 +1,4 @@
-"""What the notebooks call (reliableq.notebook), `reliableq lab`, and the saved widget state that lets
+"""What the notebooks call (reliableq.lab.notebook), `reliableq lab`, and the saved widget state that lets
 the notebooks' widgets render when opened in JupyterLab."""
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import pytest
 from nbformat.sign import NotebookNotary
 
 import stages
-from reliableq import lab
-from reliableq import notebook as nb
-from reliableq.lab import ScenarioParams
+from reliableq.lab import notebook as nb
+from reliableq.lab.experiment import ScenarioParams, compare
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -30,7 +29,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 async def test_tables_and_charts_show_the_counts_before_and_after():
     """counts_table stacks both runs; plot_counts draws one panel per run; the timeline has a lane per worker."""
     stage = stages.get("idempotency")
-    off, on = await lab.compare(stage, ScenarioParams(seed=1, jobs=2))
+    off, on = await compare(stage, ScenarioParams(seed=1, jobs=2))
     table = nb.counts_table(off, on)
     assert list(table["run"].unique()) == ["idempotency off", "idempotency on"]
     assert table.groupby("run")["C"].max().to_dict() == {"idempotency off": 2, "idempotency on": 1}

@@ -19,7 +19,7 @@ import pytest
 
 from reliableq import db
 from reliableq.charge.service import ChargeFaults, create_charge_app
-from reliableq.ledger import job_counts
+from reliableq.lab.ledger import job_counts
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
 from reliableq.servers import LoopbackServer

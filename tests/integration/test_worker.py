@@ -15,9 +15,9 @@ from psycopg.types.json import Jsonb
 from reliableq import sql
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan
-from reliableq.harness import LocalSystem, fast_settings, local_system
-from reliableq.ledger import JobCounts
+from reliableq.lab.faults import FaultPlan
+from reliableq.lab.harness import LocalSystem, fast_settings, local_system
+from reliableq.lab.ledger import JobCounts
 from reliableq.payload import Submission
 from reliableq.queue import MAX_ERROR_CHARS
 from reliableq.worker import Worker

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from reliableq import invariants
 from reliableq.config import Mechanisms
-from reliableq.faults import Triggered
+from reliableq.lab import invariants
+from reliableq.lab.faults import Triggered
 from tests.conftest import stale_and_current
 
 LEASE = 30.0

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan
 from reliableq.hooks import SimulatedCrash
+from reliableq.lab.faults import FaultPlan
 from tests.conftest import stale_and_current, wait_until_lease_ran_out, worker_name
 
 LEASE = 30.0

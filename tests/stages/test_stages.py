@@ -10,28 +10,28 @@ from __future__ import annotations
 import pytest
 
 import stages
-from reliableq import lab
 from reliableq.config import Mechanisms
-from reliableq.faults import CRASH_POINTS
+from reliableq.lab.experiment import LOST, ScenarioParams, ScenarioResult, compare, index_stages
+from reliableq.lab.faults import CRASH_POINTS
 from stages import s07_backoff, s08_dead, s09_semaphore
 
-PARAMS = lab.ScenarioParams()
+PARAMS = ScenarioParams()
 NAMES = stages.names()
-_compared: dict[str, tuple[lab.ScenarioResult, lab.ScenarioResult]] = {}
+_compared: dict[str, tuple[ScenarioResult, ScenarioResult]] = {}
 
 
-async def compared(name: str) -> tuple[lab.ScenarioResult, lab.ScenarioResult]:
+async def compared(name: str) -> tuple[ScenarioResult, ScenarioResult]:
     """The stage's (off, on) results, run once per session."""
     if name not in _compared:
-        _compared[name] = await lab.compare(stages.get(name), PARAMS)
+        _compared[name] = await compare(stages.get(name), PARAMS)
     return _compared[name]
 
 
-def counts(result: lab.ScenarioResult) -> list[tuple[int, int, int, int]]:
+def counts(result: ScenarioResult) -> list[tuple[int, int, int, int]]:
     return [(r["A"], r["H"], r["C"], r["F"]) for r in result.rows()]
 
 
-def statuses(result: lab.ScenarioResult) -> set[str]:
+def statuses(result: ScenarioResult) -> set[str]:
     return {r["status"] for r in result.rows()}
 
 
@@ -52,7 +52,7 @@ def test_registry_lookup_accepts_the_mechanism_spelling_and_names_the_choices():
 
 def test_registry_refuses_stages_out_of_order():
     with pytest.raises(ValueError, match="stages must be naive then"):
-        lab.index_stages(list(reversed(stages.STAGES)))
+        index_stages(list(reversed(stages.STAGES)))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -70,11 +70,11 @@ def test_stage_declares_failure_invariant_and_mechanisms(name):
 
 
 def test_scenario_params_refuse_nonsense():
-    assert lab.ScenarioParams().crash_point is None and lab.ScenarioParams(crash_point=CRASH_POINTS[0])
+    assert ScenarioParams().crash_point is None and ScenarioParams(crash_point=CRASH_POINTS[0])
     for bad in ({"jobs": 0}, {"lease_seconds": 0}, {"crash_point": "nowhere"}, {"failure_rate": 1.5},
                 {"concurrency": 0}):
         with pytest.raises(ValueError):
-            lab.ScenarioParams(**bad)
+            ScenarioParams(**bad)
 
 
 # -- what holds for every stage with its mechanism on ---------------------------------------------------
@@ -117,7 +117,7 @@ async def test_commit_before_ack_off_loses_an_acknowledged_job():
     assert off.measurements["api_crashes"] == 1
     assert off.measurements["acknowledged"] == PARAMS.jobs
     assert off.measurements["lost_jobs"] == 1
-    assert off.rows()[0] == {"job": "job-1", "status": lab.LOST, "A": 0, "H": 0, "C": 0, "F": 0}
+    assert off.rows()[0] == {"job": "job-1", "status": LOST, "A": 0, "H": 0, "C": 0, "F": 0}
     assert "job-1 was acknowledged but never stored" in off.violations()
     assert on.measurements["lost_jobs"] == 0
     assert on.measurements["api_crashes"] == 0  # the 202 waits for the commit; the point is never reached

@@ -8,7 +8,7 @@ from reliableq import sql
 from reliableq.backoff import Backoff
 from reliableq.charge.client import classify_status
 from reliableq.config import Mechanisms, WorkerSettings
-from reliableq.faults import FaultPlan
+from reliableq.lab.faults import FaultPlan
 from reliableq.payload import InvalidSubmission, parse_submission
 from reliableq.queue import sanitize_error
 

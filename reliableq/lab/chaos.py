@@ -17,13 +17,13 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from reliableq import invariants
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.faults import CRASH_POINTS, FaultPlan
-from reliableq.harness import LocalSystem, fast_settings, local_system
-from reliableq.invariants import Check
-from reliableq.timeline import Event, collect
+from reliableq.lab import invariants
+from reliableq.lab.faults import CRASH_POINTS, FaultPlan
+from reliableq.lab.harness import LocalSystem, fast_settings, local_system
+from reliableq.lab.invariants import Check
+from reliableq.lab.timeline import Event, collect
 from reliableq.worker import WorkerStats
 
 WORKER_CRASH_POINTS = CRASH_POINTS[:3]

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 
 from reliableq import sql
 from reliableq.db import Databases
-from reliableq.faults import FaultPlan
+from reliableq.lab.faults import FaultPlan
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from reliableq.api import create_api_app
 from reliableq.charge.client import ChargeClient
 from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.config import Mechanisms, WorkerSettings
-from reliableq.faults import FaultPlan
-from reliableq.ledger import JobCounts, job_counts
+from reliableq.lab.faults import FaultPlan
+from reliableq.lab.ledger import JobCounts, job_counts
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
 from reliableq.servers import LoopbackServer

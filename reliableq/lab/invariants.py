@@ -15,8 +15,8 @@ from psycopg.rows import dict_row
 
 from reliableq import sql
 from reliableq.db import Databases
-from reliableq.faults import STALLING_POINTS, Triggered
-from reliableq.ledger import job_counts
+from reliableq.lab.faults import STALLING_POINTS, Triggered
+from reliableq.lab.ledger import job_counts
 
 
 @dataclass(frozen=True)

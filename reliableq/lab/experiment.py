@@ -5,7 +5,7 @@ the harness, the fault plan and the queue through `experiment` and returns a `Sc
 per job as PostgreSQL recorded them, the timeline, and the stage's own measurements. This module judges
 only against the full system's honest guarantee, read off those A/H/C/F rows
 (`ScenarioResult.violations`), so a lesson's verdict is visible in its own table; the deeper database
-checks of chaos runs are `reliableq.invariants`. It stages no failure itself and holds no queue logic.
+checks of chaos runs are `reliableq.lab.invariants`. It stages no failure itself and holds no queue logic.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from reliableq import timeline
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
-from reliableq.faults import CRASH_POINTS, FaultPlan
-from reliableq.harness import LocalSystem, fast_settings, local_system
-from reliableq.ledger import JobCounts
+from reliableq.lab import timeline
+from reliableq.lab.faults import CRASH_POINTS, FaultPlan
+from reliableq.lab.harness import LocalSystem, fast_settings, local_system
+from reliableq.lab.ledger import JobCounts
 from reliableq.payload import Submission
 from reliableq.worker import Worker
 

@@ -11,11 +11,11 @@ import signal
 import time
 from dataclasses import dataclass
 
-from reliableq import processes
 from reliableq.config import Mechanisms
-from reliableq.faults import FaultPlan
-from reliableq.harness import fast_settings, local_system
-from reliableq.ledger import JobCounts
+from reliableq.lab import processes
+from reliableq.lab.faults import FaultPlan
+from reliableq.lab.harness import fast_settings, local_system
+from reliableq.lab.ledger import JobCounts
 
 DEMO_LEASE_SECONDS = 1.0
 

@@ -24,11 +24,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
-from reliableq import db  # noqa: E402
-from reliableq.chaos import ChaosConfig, ChaosReport, run_chaos  # noqa: E402
+from reliableq import db
 from reliableq.config import Mechanisms  # noqa: E402
-from reliableq.faults import CRASH_POINTS  # noqa: E402
-from reliableq.lab import ScenarioParams, ScenarioResult, Stage  # noqa: E402
+from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos  # noqa: E402
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, Stage
+from reliableq.lab.faults import CRASH_POINTS  # noqa: E402
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}
@@ -284,7 +284,8 @@ class ChaosPanel:
 
 def latest_bench(root: Path | None = None) -> dict[str, Any] | None:
     """The newest `reliableq bench` results (results/bench/latest/results.json), or None."""
-    results = (root or Path(__file__).resolve().parent.parent) / "results" / "bench" / "latest" / "results.json"
+    # The checkout that holds the package (this file is reliableq/lab/notebook.py).
+    results = (root or Path(__file__).resolve().parents[2]) / "results" / "bench" / "latest" / "results.json"
     return json.loads(results.read_text()) | {"folder": str(results.parent)} if results.exists() else None
 
 
