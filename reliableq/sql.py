@@ -1,7 +1,10 @@
 """Loads the SQL in `sql/`: schemas and named queries. The only door SQL comes through.
 
 A query file is a sequence of blocks, each opening with `-- name: <query_name>` and a one-line
-comment saying what it does. This module parses them into a dict; it does not run anything.
+comment saying what it does. This module parses them into a dict; it does not run anything. The core's
+queries are in `queue.sql` and `charge.sql`; those only the lab runs (ledger, timelines, invariant
+checks) in `lab_queue.sql` and `lab_charge.sql`, over the same tables; the benchmark's in `bench*.sql`
+and `peers.sql`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def schema(database: str) -> str:
 
 @cache
 def queries(database: str) -> dict[str, str]:
-    """The named queries of `database` ('queue' or 'charge'), name -> SQL text."""
+    """The named queries of `sql/<database>.sql` ('queue', 'charge', 'lab_queue', ...), name -> SQL text."""
     named: dict[str, str] = {}
     name = None
     lines: list[str] = []

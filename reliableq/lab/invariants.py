@@ -42,24 +42,25 @@ async def _rows(url: str, database: str, query: str, params: dict | None = None)
 async def check_stored(databases: Databases, acknowledged: Iterable[uuid.UUID] = (),
                        enforce_budget: bool = True) -> list[Check]:
     """Every invariant that PostgreSQL alone can answer. `acknowledged`: ids the API answered 202 for."""
-    stored = {row["job_id"] for row in await _rows(databases.queue_url, "queue", "job_ids")}
+    stored = {row["job_id"] for row in await _rows(databases.queue_url, "lab_queue", "job_ids")}
     lost = [{"job_id": job_id} for job_id in acknowledged if job_id not in stored]
     succeeded_uncharged = await _succeeded_without_charge(databases)
     checks = [
         Check("every acknowledged job is stored", lost),
-        Check("every job is SUCCEEDED or DEAD", await _rows(databases.queue_url, "queue", "job_invariant_unfinished")),
+        Check("every job is SUCCEEDED or DEAD",
+              await _rows(databases.queue_url, "lab_queue", "job_invariant_unfinished")),
         Check("no job was reclaimed while its lease was still running",
-              await _rows(databases.queue_url, "queue", "job_invariant_reclaimed_early")),
+              await _rows(databases.queue_url, "lab_queue", "job_invariant_reclaimed_early")),
         Check("no stale owner finalized a job; each job was finalized once",
-              await _rows(databases.queue_url, "queue", "job_invariant_stale_finalize")),
+              await _rows(databases.queue_url, "lab_queue", "job_invariant_stale_finalize")),
         Check("at most one charge per job and per idempotency key",
-              await _rows(databases.charge_url, "charge", "charge_jobs_with_duplicates")
-              + await _rows(databases.charge_url, "charge", "charge_keys_with_duplicates")),
+              await _rows(databases.charge_url, "lab_charge", "charge_jobs_with_duplicates")
+              + await _rows(databases.charge_url, "lab_charge", "charge_keys_with_duplicates")),
         Check("every SUCCEEDED job has its charge", succeeded_uncharged),
     ]
     if enforce_budget:
         checks.append(Check("attempt budgets held",
-                            await _rows(databases.queue_url, "queue", "job_invariant_over_budget")))
+                            await _rows(databases.queue_url, "lab_queue", "job_invariant_over_budget")))
     return checks
 
 
@@ -75,7 +76,7 @@ OUTAGE_REQUESTS_PER_JOB_LIMIT = 2.0
 
 async def outage_check(databases: Databases) -> Check:
     """During an outage, retries backed off: few requests per affected job on average."""
-    (row,) = await _rows(databases.charge_url, "charge", "charge_outage_requests")
+    (row,) = await _rows(databases.charge_url, "lab_charge", "charge_outage_requests")
     per_job = row["requests"] / row["jobs"] if row["jobs"] else 0.0
     name = f"retries backed off during the outage (at most {OUTAGE_REQUESTS_PER_JOB_LIMIT:g} requests per job)"
     violations = [{"requests": row["requests"], "jobs": row["jobs"]}] if per_job > OUTAGE_REQUESTS_PER_JOB_LIMIT else []
@@ -91,7 +92,7 @@ def capacity_check(worker_peaks: list[int], concurrency: int) -> Check:
 
 async def fleet_limit_check(databases: Databases, fleet_limit: int) -> Check:
     """Live leases never exceeded the fleet limit: at no claim were more leases live than allowed."""
-    over = await _rows(databases.queue_url, "queue", "job_invariant_fleet_over_limit", {"fleet_limit": fleet_limit})
+    over = await _rows(databases.queue_url, "lab_queue", "job_invariant_fleet_over_limit", {"fleet_limit": fleet_limit})
     return Check(f"live leases never exceeded the fleet limit ({fleet_limit})", over)
 
 
@@ -102,7 +103,7 @@ async def lease_loss_check(databases: Databases, triggered: Iterable[Triggered])
     crashed = {t.worker_id for t in triggered if t.action in ("crash", "kill")}
     stalled = {(str(t.job_id), t.worker_id) for t in triggered
                if t.action == "pause" and t.point in STALLING_POINTS}
-    unexplained = [row for row in await _rows(databases.queue_url, "queue", "job_attempts_lost")
+    unexplained = [row for row in await _rows(databases.queue_url, "lab_queue", "job_attempts_lost")
                    if row["worker_id"] not in crashed and (str(row["job_id"]), row["worker_id"]) not in stalled]
     return Check("a lease was lost only by a crashed or stalled worker", unexplained)
 
@@ -116,7 +117,7 @@ async def accounts_check(databases: Databases, reports: dict[str, dict[str, int]
     """Each worker's own account of its finalizes (won by kind, and lost) matches the outcomes PostgreSQL
     recorded on its claims. `reports`: worker id -> its counters, for workers that were not crashed."""
     recorded: dict[str, dict[str, int]] = {worker: dict.fromkeys(_COUNTER_OF_OUTCOME.values(), 0) for worker in reports}
-    for row in await _rows(databases.queue_url, "queue", "job_attempt_outcomes_by_worker"):
+    for row in await _rows(databases.queue_url, "lab_queue", "job_attempt_outcomes_by_worker"):
         counter = _COUNTER_OF_OUTCOME.get(row["outcome"])
         if row["worker_id"] in recorded and counter:
             recorded[row["worker_id"]][counter] += row["claims"]

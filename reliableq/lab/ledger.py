@@ -37,10 +37,10 @@ class JobCounts:
 async def job_counts(databases: Databases) -> list[JobCounts]:
     """A, H, C and F of every job, oldest job first."""
     async with await psycopg.AsyncConnection.connect(databases.queue_url, row_factory=dict_row) as conn:
-        jobs = await (await conn.execute(sql.queries("queue")["job_ledger"])).fetchall()
+        jobs = await (await conn.execute(sql.queries("lab_queue")["job_ledger"])).fetchall()
     async with await psycopg.AsyncConnection.connect(databases.charge_url, row_factory=dict_row) as conn:
         effects = {row["job_id"]: row for row in
-                   await (await conn.execute(sql.queries("charge")["charge_counts_by_job"])).fetchall()}
+                   await (await conn.execute(sql.queries("lab_charge")["charge_counts_by_job"])).fetchall()}
     return [
         JobCounts(job_id=row["job_id"], status=row["status"], attempts=row["attempts"],
                   handler_runs=effects.get(row["job_id"], {}).get("requests", 0),

@@ -42,7 +42,7 @@ async def collect(databases: Databases, started: datetime, fault_plans: list[Fau
         return round((at - started).total_seconds(), 4)
 
     events: list[Event] = []
-    for a in await _rows(databases.queue_url, "queue", "job_attempts_all"):
+    for a in await _rows(databases.queue_url, "lab_queue", "job_attempts_all"):
         job, worker, attempt = str(a["job_id"]), a["worker_id"], a["attempt"]
         events.append(Event(since(a["claimed_at"]), job, worker, attempt, "claim", f"attempt {attempt}"))
         outcome = a["outcome"] or ""
@@ -53,7 +53,7 @@ async def collect(databases: Databases, started: datetime, fault_plans: list[Fau
                                 f"{outcome.removeprefix('lost_')} refused: stale lease token"))
         elif outcome and a["finished_at"]:
             events.append(Event(since(a["finished_at"]), job, worker, attempt, "finalize_won", outcome))
-    for r in await _rows(databases.charge_url, "charge", "charge_requests_all"):
+    for r in await _rows(databases.charge_url, "lab_charge", "charge_requests_all"):
         events.append(Event(since(r["received_at"]), str(r["job_id"]), "charge-service", None, "charge",
                             f"{r['outcome']} ({r['status_code']})"))
     for plan in fault_plans:

@@ -1,0 +1,69 @@
+-- Named queries of the lab (reliableq/lab/) over the queue's tables (sql/queue_schema.sql), loaded by
+-- reliableq/sql.py: the ledger's counts, timelines and the invariant checks. Read-only, run after (or
+-- beside) an experiment; the queue itself never runs them. An invariant query returns one row per
+-- offending job or claim: empty means the invariant held.
+
+-- name: job_ledger
+-- Per job: status, attempts (A) and successful finalizations (F), for the lab's counts.
+SELECT j.id AS job_id, j.status, j.attempts, j.max_attempts,
+       (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = 'succeeded') AS finalizations
+FROM jobs j ORDER BY j.created_at, j.id;
+
+-- name: job_attempts_all
+-- Every claim of every job, for timelines: who held it, from when, until when, and how it ended.
+SELECT job_id, attempt, worker_id, claimed_at, lease_expires_at, finished_at, outcome, error
+FROM job_attempts ORDER BY claimed_at, id;
+
+-- name: job_invariant_unfinished
+-- Jobs neither SUCCEEDED nor DEAD (after the system settled, each one is a violation).
+SELECT id AS job_id, status, attempts FROM jobs WHERE status NOT IN ('SUCCEEDED', 'DEAD') ORDER BY id;
+
+-- name: job_invariant_over_budget
+-- Jobs that were attempted more often than their budget allows.
+SELECT id AS job_id, attempts, max_attempts FROM jobs WHERE attempts > max_attempts ORDER BY id;
+
+-- name: job_invariant_stale_finalize
+-- Jobs finalized more than once, or finalized by an attempt that was no longer the latest owner.
+-- A replay reopens a DEAD job: only the finalizes since the last replay count.
+SELECT j.id AS job_id, count(*) AS terminal_finalizes, max(a.attempt) AS last_finalizing_attempt, j.attempts
+FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.outcome IN ('succeeded', 'dead')
+WHERE a.finished_at > coalesce((SELECT max(e.at) FROM job_events e
+                                WHERE e.job_id = j.id AND e.event = 'replayed'), '-infinity')
+GROUP BY j.id, j.attempts
+HAVING count(*) > 1 OR min(a.attempt) < j.attempts
+ORDER BY j.id;
+
+-- name: job_invariant_reclaimed_early
+-- Claims taken while the previous owner's lease was still running (two owners at once).
+SELECT a.job_id, a.attempt AS earlier_attempt, b.attempt AS later_attempt
+FROM job_attempts a
+JOIN job_attempts b ON b.job_id = a.job_id AND b.attempt = a.attempt + 1
+WHERE a.lease_expires_at IS NOT NULL AND b.claimed_at < a.lease_expires_at
+  AND (a.finished_at IS NULL OR a.finished_at > b.claimed_at OR a.outcome = 'expired')
+ORDER BY a.job_id;
+
+-- name: job_ids
+-- The id of every stored job.
+SELECT id AS job_id FROM jobs;
+
+-- name: job_invariant_fleet_over_limit
+-- Claims taken while the fleet's live leases already filled the limit. A claim's lease runs from its
+-- claim until it expired (as last renewed) or was finalized, whichever came first; at each claim, count
+-- the leases live at that instant, its own included.
+SELECT c.job_id, c.worker_id, c.claimed_at, count(*) AS live_leases
+FROM job_attempts c
+JOIN job_attempts l ON l.claimed_at <= c.claimed_at
+                   AND least(l.lease_expires_at, coalesce(l.finished_at, 'infinity')) > c.claimed_at
+GROUP BY c.id, c.job_id, c.worker_id, c.claimed_at
+HAVING count(*) > %(fleet_limit)s
+ORDER BY c.claimed_at;
+
+-- name: job_attempts_lost
+-- Claims that lost their lease: reclaimed after it ran out, or refused at a renewal or a finalize.
+SELECT job_id, attempt, worker_id, outcome FROM job_attempts
+WHERE outcome IN ('expired', 'lost_renew', 'lost_succeed', 'lost_retry', 'lost_dead')
+ORDER BY job_id, attempt;
+
+-- name: job_attempt_outcomes_by_worker
+-- Per worker, how many of its claims ended in each outcome, to compare with what each worker reported.
+SELECT worker_id, outcome, count(*) AS claims FROM job_attempts GROUP BY worker_id, outcome ORDER BY worker_id, outcome;
