@@ -379,16 +379,18 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from reliableq import bench, bench_report
+    from reliableq.bench.profiles import PROFILES
+    from reliableq.bench.report import link_latest
+    from reliableq.bench.run import run_bench
+    from reliableq.bench.scenarios import SCENARIOS
     scenarios = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()] or None
-    unknown = set(scenarios or ()) - set(bench.SCENARIOS)
+    unknown = set(scenarios or ()) - set(SCENARIOS)
     if unknown:
-        raise UsageError(f"--scenarios: unknown {', '.join(sorted(unknown))}; expected {', '.join(bench.SCENARIOS)}")
+        raise UsageError(f"--scenarios: unknown {', '.join(sorted(unknown))}; expected {', '.join(SCENARIOS)}")
     out = Path(args.out) if args.out else Path("results") / "bench" / time.strftime("%Y%m%d-%H%M%S")
-    result = _run(bench.run_bench(bench.PROFILES[args.profile], out, scenarios, seed=args.seed,
-                                         progress=not args.no_progress))
+    result = _run(run_bench(PROFILES[args.profile], out, scenarios, seed=args.seed, progress=not args.no_progress))
     if not args.out:
-        bench_report.link_latest(out)
+        link_latest(out)
     failed = [r for r in result.runs if not r.passed]
     print(f"{len(result.runs) - len(failed)}/{len(result.runs)} runs passed their gate; report: {out / 'report.md'}")
     return 1 if failed else 0

@@ -1,4 +1,4 @@
--- Named queries over the peers' own tables (reliableq/peers.py), read after a run on its fresh database.
+-- Named queries over the peers' own tables (reliableq/bench/peers.py), read after a run on its fresh database.
 -- The tables are the peers' defaults (pgqueuer: pgqueuer, pgqueuer_log; procrastinate: procrastinate_jobs,
 -- procrastinate_events), installed by each peer's own API. Read-only.
 

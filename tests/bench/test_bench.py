@@ -11,8 +11,13 @@ import uuid
 import psycopg
 import pytest
 
-from reliableq import bench, peers, sql
-from reliableq.bench import RunResult, Sample, Window, keep_in_window, summarize
+from reliableq import sql
+from reliableq.bench import peers
+from reliableq.bench.gate import gate
+from reliableq.bench.profiles import PROFILES
+from reliableq.bench.results import RunResult, Sample, Window, keep_in_window, summarize
+from reliableq.bench.run import run_bench
+from reliableq.bench.scenarios import SCENARIOS
 
 CHARGE_CHECK = "at most one charge per job and per idempotency key"
 
@@ -44,7 +49,7 @@ async def test_gate_fails_a_database_where_one_job_has_two_charges(databases):
             conn.execute(sql.queries("charge")["charge_insert_once"], {
                 "idempotency_key": key, "job_id": job_id, "amount_cents": 1250, "currency": "USD",
                 "payload_sha256": "x"})
-    passed, checks = await bench.gate(databases)
+    passed, checks = await gate(databases)
     assert not passed
     assert [c["name"] for c in checks if not c["held"]] == [CHARGE_CHECK]
 
@@ -53,11 +58,11 @@ async def test_gate_fails_a_database_where_one_job_has_two_charges(databases):
 @pytest.mark.timeout(300)
 async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     """Every scenario runs against real processes, passes its gate, and the files are written."""
-    result = await bench.run_bench(bench.PROFILES["tiny"], tmp_path, progress=False)
+    result = await run_bench(PROFILES["tiny"], tmp_path, progress=False)
     failed = [(r.scenario, r.point, r.error, [c for c in r.checks if not c["held"]]) for r in result.runs
               if not r.passed]
     assert not failed
-    assert {r.scenario for r in result.runs} == set(bench.SCENARIOS)
+    assert {r.scenario for r in result.runs} == set(SCENARIOS)
     for name in ("results.json", "runs.csv", "baselines.csv", "report.md", "execute.png", "ingest.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     written = json.loads((tmp_path / "results.json").read_text())
@@ -74,7 +79,7 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
 async def test_gate_fails_a_kill9_run_without_idempotency_and_leaves_it_out(tmp_path):
     """With idempotency off, the job charged before the SIGKILL is charged again on recovery: the run is
     reported failed, names the broken invariant, and the summary has no mean for it."""
-    result = await bench.run_bench(bench.PROFILES["tiny"], tmp_path, ["kill9"], progress=False,
+    result = await run_bench(PROFILES["tiny"], tmp_path, ["kill9"], progress=False,
                                    off=["idempotency"], baselines=False)
     (run,) = result.runs
     assert not run.passed

@@ -12,8 +12,10 @@ import uuid
 
 import pytest
 
-from reliableq import bench, bench_report, db, peers
-from reliableq.bench import Baseline, BenchResult, RunResult
+from reliableq import db
+from reliableq.bench import baselines, peers, report
+from reliableq.bench.profiles import PROFILES
+from reliableq.bench.results import Baseline, BenchResult, RunResult
 
 
 def _needs(peer: str) -> None:
@@ -72,7 +74,7 @@ def test_the_command_line_refuses_bad_arguments(args, says):
     for flag in given:
         if flag not in args:
             args = [*args, flag, given[flag]]
-    done = subprocess.run([sys.executable, "-m", "reliableq.peers", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "reliableq.bench.peers", *args], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
     assert says in done.stderr
@@ -82,17 +84,17 @@ def test_the_command_line_refuses_bad_arguments(args, says):
 def test_the_command_line_refuses_a_pgqueuer_worker_of_one():
     """pgqueuer caps a worker at max_concurrent_tasks >= 2 x batch_size: one job at a time is refused."""
     _needs("pgqueuer")
-    done = subprocess.run([sys.executable, "-m", "reliableq.peers", "pgqueuer", "execute", "--jobs", "5",
+    done = subprocess.run([sys.executable, "-m", "reliableq.bench.peers", "pgqueuer", "execute", "--jobs", "5",
                            "--concurrency", "1", "--dsn", "dbname=rq_peers_never_used"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "cannot cap a worker at one job" in done.stderr
 
 
-async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(tmp_path, monkeypatch):
+async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(monkeypatch):
     """Each installed peer runs at our ingest client counts and our one-process concurrencies; a run
     without a rate keeps its note."""
-    monkeypatch.setattr(bench, "pgbench_binary", lambda: None)
+    monkeypatch.setattr(baselines, "pgbench_binary", lambda: None)
     monkeypatch.setattr(peers, "installed", lambda peer: True)
     asked = []
 
@@ -102,8 +104,8 @@ async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(t
             return peers.PeerRun(peer, mode, jobs, concurrency, note="check failed: ...")
         return peers.PeerRun(peer, mode, jobs, concurrency, exactly_once=True, per_second=100.0, version="9")
     monkeypatch.setattr(peers, "measure", fake_measure)
-    profile = bench.PROFILES["quick"]
-    found = await bench.Bench(profile, tmp_path, ["ingest", "execute"], progress=False).baselines()
+    profile = PROFILES["quick"]
+    found = await baselines.measure_baselines(profile, ["ingest", "execute"])
     points = [("ingest", c, profile.ingest_jobs) for c in (1, 4, 16)] + \
              [("execute", c, profile.execute_jobs) for c in (1, 2, 4, 8, 16)]
     assert asked == [(peer, mode, jobs, c) for peer in peers.PEERS for mode, c, jobs in points]
@@ -113,10 +115,10 @@ async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(t
     assert (rows[("pgqueuer-execute", 2)].per_second, rows[("pgqueuer-execute", 2)].note) == (None, "check failed: ...")
 
 
-async def test_baselines_note_a_peer_that_is_not_installed(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "pgbench_binary", lambda: None)
+async def test_baselines_note_a_peer_that_is_not_installed(monkeypatch):
+    monkeypatch.setattr(baselines, "pgbench_binary", lambda: None)
     monkeypatch.setattr(peers, "installed", lambda peer: False)
-    found = await bench.Bench(bench.PROFILES["tiny"], tmp_path, ["ingest", "execute"], progress=False).baselines()
+    found = await baselines.measure_baselines(PROFILES["tiny"], ["ingest", "execute"])
     notes = {b.tool: b.note for b in found if not b.tool.startswith("pgbench")}
     assert notes == {peer: "not installed (pip install 'reliableq[peers]')" for peer in peers.PEERS}
 
@@ -128,6 +130,6 @@ def test_the_report_sets_ours_beside_each_peer_at_the_same_client_count():
     result = BenchResult("tiny", 0, "", [ours], [
         Baseline("pgbench-insert", 4, 600.0), Baseline("pgqueuer-enqueue", 4, 150.0),
         Baseline("pgqueuer-enqueue", 16, 999.0), Baseline("procrastinate", 0, None, "not installed")], {})
-    rows = bench_report.ratios(result)
+    rows = report.ratios(result)
     assert [(r["baseline"], r["ratio"]) for r in rows] == [("pgbench-insert c=4", 0.5),
                                                            ("pgqueuer-enqueue c=4", 2.0)]

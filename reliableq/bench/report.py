@@ -2,7 +2,7 @@
 
 Every figure of ours is set beside what bounds it, measured in the same run: pgbench's one-row insert
 for ingestion, pgbench's claim+finalize cycle for execution, at the same client count, and beside the
-peers (pgqueuer, procrastinate: `reliableq.peers`) enqueueing and running no-op jobs. Failed runs are
+peers (pgqueuer, procrastinate: `reliableq.bench.peers`) enqueueing and running no-op jobs. Failed runs are
 listed with the invariant they broke and kept out of every mean and chart. This module only formats;
 it measures nothing and judges nothing the gate did not already judge.
 """
@@ -16,8 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reliableq import peers
-from reliableq.bench import BENCH_BATCH_JOBS, SCENARIOS, BenchResult, RunResult
+from reliableq.bench import peers
+from reliableq.bench.ingest import BENCH_BATCH_JOBS
+from reliableq.bench.results import BenchResult, RunResult
+from reliableq.bench.scenarios import SCENARIOS
 
 
 def write(result: BenchResult, out_dir: Path) -> list[Path]:
@@ -238,7 +240,7 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
               "Ratio = our mean over the bound measured in this run, on the same server, at the same client count "
               "(pgbench with the queue's own table and indexes: `sql/bench_pgbench_*.sql`; pgqueuer and "
               "procrastinate through their own APIs, each run in its own process on a fresh database, enqueueing "
-              "one job per call or running no-op jobs with one worker: `reliableq/peers.py`).", ""]
+              "one job per call or running no-op jobs with one worker: `reliableq/bench/peers.py`).", ""]
     lines += _table(["scenario", "point", "ours /s", "bound", "bound /s", "ratio"],
                     [[r["scenario"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"],
                       None if r["ratio"] is None else f"{r['ratio']:.2f}"] for r in ratios(result)])

@@ -1,10 +1,10 @@
 """The benchmark's peers: pgqueuer and procrastinate doing our benchmark's work through their own APIs.
 
-`reliableq.bench` sets each figure of ours beside two other PostgreSQL job queues for Python, on the same
+`reliableq bench` sets each figure of ours beside two other PostgreSQL job queues for Python, on the same
 server: `ingest` enqueues N no-op jobs from C concurrent clients, one job per call (as ours submit one);
 `execute` drains N preloaded no-op jobs with one worker of concurrency C. Each run is its own process,
 
-    python -m reliableq.peers PEER ingest|execute --jobs N --concurrency C --dsn URL
+    python -m reliableq.bench.peers PEER ingest|execute --jobs N --concurrency C --dsn URL
 
 printing one JSON line (a `PeerRun`), so its CPU is its own as our worker's is and a peer that crashes
 cannot take the bench down. `measure` gives every run a fresh, empty database of the server, into which
@@ -77,7 +77,7 @@ def installed(peer: str) -> bool:
 
 async def _from_clients(enqueuers: Sequence[Callable[[], Awaitable[int]]], jobs: int) -> tuple[list[int], float]:
     """Each client enqueues one job per call until `jobs` are enqueued, taking the next job number from a
-    shared iterator as ours do (`reliableq.bench._ingest`); the ids, and the seconds it took."""
+    shared iterator as ours do (`reliableq.bench.ingest`); the ids, and the seconds it took."""
     remaining = iter(range(jobs))
     ids: list[int] = []
 
@@ -257,7 +257,7 @@ async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: fl
         env = {k: v for k, v in os.environ.items() if not k.startswith("PGQUEUER_")}  # its default table names
         if parts.get("password"):
             env["PGPASSWORD"] = str(parts.pop("password"))
-        command = [sys.executable, "-m", "reliableq.peers", peer, mode, "--jobs", str(jobs),
+        command = [sys.executable, "-m", "reliableq.bench.peers", peer, mode, "--jobs", str(jobs),
                    "--concurrency", str(concurrency), "--dsn", make_conninfo(**parts)]
         process = await asyncio.create_subprocess_exec(*command, env=env, stdin=asyncio.subprocess.DEVNULL,
                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -304,7 +304,7 @@ def _conninfo(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reliableq.peers",
+        prog="python -m reliableq.bench.peers",
         description="Run one peer's ingest or execute on an empty database and print one JSON line. "
                     "The database gets the peer's schema: use a scratch one.")
     parser.add_argument("peer", choices=PEERS)
@@ -335,5 +335,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the importable module's main, not this __main__ copy: procrastinate warns about an App made in
     # __main__ (its task names would not match another process's).
-    from reliableq.peers import main as importable_main
+    from reliableq.bench.peers import main as importable_main
     sys.exit(importable_main())

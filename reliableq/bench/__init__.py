@@ -1,0 +1,19 @@
+"""`reliableq bench`: the queue measured as released processes, every run gated by the lab's invariants.
+
+    run         run_bench: the named scenarios, then the result files
+    runner      Bench: each point measured, gated and kept apart when failed; then the baselines
+    scenarios   the scenarios by name (execution, latency, kill -9, retry, idempotency, DEAD, semaphore)
+    ingest      the ingest scenario: over HTTP, in batches, straight into PostgreSQL
+    stack       one run's fresh databases and real processes
+    gate        the correctness gate, from reliableq.lab.invariants
+    results     samples, windows, run and bench results, the summary, the workers' time metrics
+    profiles    how big each scenario is (tiny, quick, full)
+    progress    the progress bar
+    baselines   what bounds our figures: pgbench on the queue's own statements, and the peers
+    peers       pgqueuer and procrastinate doing the same work, each in its own process
+    report      results.json, CSV, charts and report.md
+
+The bench uses the core, the charge service, and from the lab its invariants (the gate), its ledger
+(A/H/C/F of a scenario's jobs) and its process helpers (real `reliableq` processes); nothing below it
+imports the bench.
+"""

@@ -1,0 +1,33 @@
+"""The benchmark's correctness gate: a run counts only if the queue's invariants held on its databases.
+
+The checks are the chaos suite's (`reliableq.lab.invariants`), read from PostgreSQL once the run settled;
+a scenario may waive one that does not apply to it, with the reason, and add its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from reliableq import db
+from reliableq.lab import invariants
+from reliableq.lab.invariants import Check
+
+UNFINISHED_CHECK = "every job is SUCCEEDED or DEAD"  # the names reliableq.lab.invariants gives them
+UNCHARGED_CHECK = "every SUCCEEDED job has its charge"
+
+
+async def gate(databases: db.Databases, acknowledged: Iterable[uuid.UUID] = (),
+               waive: dict[str, str] | None = None, extra: Iterable[Check] = ()) -> tuple[bool, list[dict[str, Any]]]:
+    """Check the stored invariants (plus `extra`) on a settled run. `waive`: check name -> why it does not
+    apply to this run (e.g. ingestion runs never execute their jobs). Passed: every other check held."""
+    waive = waive or {}
+    checks = [*await invariants.check_stored(databases, acknowledged), *extra]
+    rows = [{"name": c.name, "held": c.held, "violations": len(c.violations), "note": c.note,
+             "waived": waive.get(c.name, ""), "examples": [_plain(v) for v in c.violations[:3]]} for c in checks]
+    return all(r["held"] or r["waived"] for r in rows), rows
+
+
+def _plain(row: dict) -> dict:
+    return {k: v if isinstance(v, int | float | str | None) else str(v) for k, v in row.items()}

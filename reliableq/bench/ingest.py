@@ -1,0 +1,114 @@
+"""The ingest scenario: durable submission, over HTTP to the API process (one job per request, or a batch
+per request) and straight into PostgreSQL through the queue (the same insert without HTTP: the
+difference is the API's overhead). Every acknowledged id is checked stored by the gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from reliableq import db
+from reliableq.bench.gate import UNFINISHED_CHECK, gate
+from reliableq.bench.profiles import PAYLOAD
+from reliableq.bench.results import Measured, Sample, Window
+from reliableq.bench.runner import Bench
+from reliableq.bench.stack import RunStack
+from reliableq.payload import Submission
+from reliableq.queue import Queue
+
+INGEST_VIAS = ("http", "http-batch", "direct")
+BENCH_BATCH_JOBS = 100  # jobs per request at the ingest scenario's http-batch points
+BATCHES_PER_CLIENT = 4  # at least this many batch requests per client at an http-batch point
+
+
+async def ingest(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    for clients in p.ingest_clients:
+        for via in INGEST_VIAS:
+            point = f"{via} c={clients}"
+            # With the profile's job count alone a batch point would be a handful of requests (quick: 800
+            # jobs are 8 batches for 16 clients), measuring start-up rather than a steady rate.
+            jobs = (max(p.ingest_jobs, BATCHES_PER_CLIENT * clients * BENCH_BATCH_JOBS) if via == "http-batch"
+                    else p.ingest_jobs)
+
+            async def body(clients=clients, via=via, point=point, jobs=jobs) -> Measured:
+                async with RunStack(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
+                                    charge=False) as stack:
+                    acknowledged: list[uuid.UUID] = []
+                    samples: list[Sample] = []  # one per request: a batch's latency is its whole request's
+                    submit = await _submitter(stack, via, clients)
+                    # A shared iterator: each request takes the next slice of job numbers (one, or a batch).
+                    starts = iter(range(0, jobs, submit.batch))
+                    try:
+                        async def client() -> None:
+                            for first in starts:
+                                begun = time.monotonic()
+                                acknowledged.extend(await submit(min(submit.batch, jobs - first)))
+                                samples.append(Sample(begun, time.monotonic()))
+                        start = time.monotonic()
+                        await asyncio.gather(*(client() for _ in range(clients)))
+                        window = Window(start, time.monotonic())
+                    finally:
+                        await submit.aclose()
+                    passed, checks = await gate(stack.databases, acknowledged, waive={
+                        UNFINISHED_CHECK: "ingestion runs store jobs and never execute them"})
+                metrics = {"jobs": len(acknowledged), "requests": len(samples),
+                           "jobs_per_second": len(acknowledged) / window.seconds}
+                return Measured(metrics, passed, checks, samples, window)
+            await bench.measure("ingest", point, {"clients": clients, "via": via, "jobs": jobs,
+                                                  "jobs_per_request": BENCH_BATCH_JOBS if via == "http-batch" else 1},
+                                "jobs_per_second", repeat, body)
+
+
+class _Submit:
+    """Submits up to `batch` jobs per call and returns their acknowledged ids: one job per request over
+    HTTP to the API process, `batch` per request through its batch endpoint, or one straight into
+    PostgreSQL through the queue (the same insert without HTTP: the difference is the API's overhead)."""
+
+    def __init__(self, submit: Callable[[int], Awaitable[list[uuid.UUID]]], close: Callable[[], Awaitable[None]],
+                 batch: int = 1) -> None:
+        self._submit, self._close, self.batch = submit, close, batch
+
+    async def __call__(self, jobs: int) -> list[uuid.UUID]:
+        return await self._submit(jobs)
+
+    async def aclose(self) -> None:
+        await self._close()
+
+
+async def _accepted(response: aiohttp.ClientResponse) -> dict[str, Any]:
+    if response.status != 202:
+        raise RuntimeError(f"submit refused: {response.status} {(await response.text())[:200]}")
+    return await response.json()
+
+
+async def _submitter(stack: RunStack, via: str, clients: int) -> _Submit:
+    if via in ("http", "http-batch"):
+        # aiohttp, as the worker's charge client: httpx's client CPU (ten times aiohttp's per request)
+        # would share the two cores with the API it measures.
+        http = aiohttp.ClientSession(stack.api_url, connector=aiohttp.TCPConnector(limit=clients),
+                                     timeout=aiohttp.ClientTimeout(total=30))
+
+        async def over_http(jobs: int) -> list[uuid.UUID]:
+            async with http.post("/v1/jobs", json=PAYLOAD) as response:
+                return [uuid.UUID((await _accepted(response))["id"])]
+
+        async def in_batches(jobs: int) -> list[uuid.UUID]:
+            async with http.post("/v1/jobs/batch", json={"jobs": [PAYLOAD] * jobs}) as response:
+                return [uuid.UUID(job["id"]) for job in (await _accepted(response))["jobs"]]
+        if via == "http":
+            return _Submit(over_http, http.close)
+        return _Submit(in_batches, http.close, BENCH_BATCH_JOBS)
+    pool = await db.open_pool_checked(stack.databases.queue_url, max_size=clients, min_size=clients)
+    queue = Queue(pool)
+    submission = Submission(payload=dict(PAYLOAD), max_attempts=5)
+
+    async def direct(jobs: int) -> list[uuid.UUID]:
+        return [(await queue.submit(submission)).id]
+    return _Submit(direct, pool.close)

@@ -1,0 +1,25 @@
+"""`reliableq bench` as one call: run the named scenarios (all by default) and write every result file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from reliableq.bench import report
+from reliableq.bench.profiles import Profile
+from reliableq.bench.results import BenchResult
+from reliableq.bench.runner import Bench
+from reliableq.bench.scenarios import SCENARIOS
+
+
+async def run_bench(profile: Profile, out_dir: Path, scenarios: Sequence[str] | None = None, seed: int = 0,
+                    progress: bool = True, off: Sequence[str] = (), baselines: bool = True) -> BenchResult:
+    """Run the scenarios and write every result file into `out_dir`."""
+    unknown = set(scenarios or ()) - set(SCENARIOS)
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {', '.join(sorted(unknown))}; expected {', '.join(SCENARIOS)}")
+    chosen = [SCENARIOS[name] for name in scenarios or SCENARIOS]
+    bench = Bench(profile, out_dir, chosen, seed, progress, off, baselines)
+    result = await bench.run()
+    report.write(result, out_dir)
+    return result

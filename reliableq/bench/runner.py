@@ -1,0 +1,97 @@
+"""The benchmark's runner: the chosen scenarios at every point of the profile, each point measured and
+gated, failed runs kept apart, then the baselines; returns the whole result.
+
+Template databases are made once per bench, so each run's fresh databases are a cheap copy. What the
+scenarios are is `reliableq.bench.scenarios`; the files are written by `reliableq.bench.report`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reliableq import db
+from reliableq.bench.baselines import baseline_steps, measure_baselines
+from reliableq.bench.profiles import Profile
+from reliableq.bench.progress import Progress
+from reliableq.bench.results import BenchResult, Measured, RunResult, Window, keep_in_window, latency_metrics
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    what: str  # one line for the report
+    steps: Callable[[Profile], int]  # runs per repeat, for the progress bar
+    body: Callable[[Bench, int], Awaitable[None]]
+
+
+class Bench:
+    """One bench: `scenarios` in order, `profile.repeats` times, then (with `baselines`) what bounds them."""
+
+    def __init__(self, profile: Profile, out_dir: Path, scenarios: Sequence[Scenario], seed: int = 0,
+                 progress: bool = True, off: Sequence[str] = (), baselines: bool = True) -> None:
+        self.profile, self.out_dir, self.seed = profile, out_dir, seed
+        self.chosen = list(scenarios)
+        self.scenarios = [scenario.name for scenario in self.chosen]
+        self.off = list(off)  # mechanisms switched off in every worker (the gate's own tests break runs so)
+        self.with_baselines = baselines
+        self.progress = Progress(sum(s.steps(profile) for s in self.chosen) * profile.repeats
+                                 + (baseline_steps(profile, self.scenarios) if baselines else 0), enabled=progress)
+        self.runs: list[RunResult] = []
+        self.templates: db.Databases | None = None
+
+    def worker_off_args(self) -> list[str]:
+        return ["--off", ",".join(self.off)] if self.off else []
+
+    async def run(self) -> BenchResult:
+        started, started_at = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        admin_url = await asyncio.to_thread(db.server_url)
+        names = (f"rq_bench_tpl_{os.getpid()}", f"rq_bench_tpl_{os.getpid()}{db.CHARGE_SUFFIX}")
+        try:
+            for name, schema in zip(names, ("queue", "charge"), strict=True):
+                url = await asyncio.to_thread(db.create_database, admin_url, name)
+                await asyncio.to_thread(db.apply_schema, url, schema)
+            self.templates = db.Databases(*(db.with_database(admin_url, n) for n in names))
+            self.progress.show("starting")
+            for repeat in range(self.profile.repeats):
+                for scenario in self.chosen:
+                    await scenario.body(self, repeat)
+            baselines = (await measure_baselines(self.profile, self.scenarios, self.templates, self.progress)
+                         if self.with_baselines else [])
+        finally:
+            self.progress.close()
+            for name in names:
+                await asyncio.to_thread(db.drop_database, admin_url, name)
+        return BenchResult(self.profile.name, self.seed, started_at, self.runs, baselines, environment(),
+                           time.monotonic() - started)
+
+    async def measure(self, scenario: str, point: str, params: dict[str, Any], headline: str, repeat: int,
+                      body: Callable[[], Awaitable[Measured]]) -> RunResult:
+        """Run one point; any error or broken invariant makes it a failed run, kept apart from averages."""
+        result = RunResult(scenario, point, params, headline, repeat=repeat)
+        started = time.monotonic()
+        try:
+            measured = await asyncio.wait_for(body(), self.profile.settle_seconds + 60)
+            window = measured.window or Window(started, time.monotonic())
+            kept, result.rejected_samples = keep_in_window(measured.samples, window)
+            result.metrics = measured.metrics | latency_metrics(kept)
+            result.checks, result.passed = measured.checks, measured.passed
+            result.window_seconds = window.seconds
+        except Exception as error:  # a run that cannot finish is a failed run, reported with its reason
+            result.error = f"{type(error).__name__}: {error}"[:500]
+            result.passed = False
+        self.runs.append(result)
+        self.progress.step(f"{scenario} {point}" + ("" if result.passed else "  FAILED"))
+        return result
+
+
+def environment() -> dict[str, Any]:
+    import platform
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded PostgreSQL"}

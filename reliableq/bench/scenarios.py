@@ -1,0 +1,224 @@
+"""The benchmark's scenarios, by name: what each measures and how, against real processes.
+
+Each scenario runs its points through `Bench.measure`, which times them, gates them and keeps failed
+runs apart. Ingestion is `reliableq.bench.ingest`; execution, latency, kill -9 recovery, retry
+amplification, idempotency, DEAD and the semaphore are here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+
+import httpx
+
+from reliableq.bench.gate import UNCHARGED_CHECK, gate
+from reliableq.bench.ingest import BENCH_BATCH_JOBS, INGEST_VIAS, ingest
+from reliableq.bench.profiles import PAYLOAD
+from reliableq.bench.results import Measured, Sample, Window, worker_time_metrics
+from reliableq.bench.runner import Bench, Scenario
+from reliableq.bench.stack import RunStack
+from reliableq.charge.client import idempotency_key
+from reliableq.lab import invariants, processes
+from reliableq.lab.invariants import Check
+from reliableq.lab.ledger import job_counts
+
+
+async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
+                          points: Sequence[tuple[int, int]], charge_args: Sequence[str] = (),
+                          kind: str = "charge") -> None:
+    for workers, permits in points:
+        point = f"{workers}x{permits}"
+
+        async def body(workers=workers, permits=permits, point=point) -> Measured:
+            async with RunStack(bench, f"{scenario}-{point}-{repeat}", charge_args) as stack:
+                charge_cpu_before = (await stack.charge_stats())["cpu_seconds"]
+                window = await stack.drain(jobs, workers, permits, kind)
+                charge_cpu = (await stack.charge_stats())["cpu_seconds"] - charge_cpu_before
+                stats = await stack.stop_workers()
+                span = await stack.span()
+                passed, checks = await gate(stack.databases, waive={
+                    UNCHARGED_CHECK: "no-op jobs have no effect"} if kind == "noop" else None)
+            seconds = span["seconds"] or window.seconds
+            metrics = {"jobs": span["jobs"], "succeeded": span["succeeded"], "seconds": seconds,
+                       "jobs_per_second": span["jobs"] / seconds if seconds else None,
+                       "clients": workers * permits,
+                       "charge_cpu_ms_per_job": 1000 * charge_cpu / span["jobs"] if span["jobs"] else None,
+                       } | worker_time_metrics(stats, span["jobs"])
+            return Measured(metrics, passed, checks, [], window)
+        await bench.measure(scenario, point, {"workers": workers, "permits": permits, "jobs": jobs, "kind": kind,
+                                              "charge_args": list(charge_args)}, "jobs_per_second", repeat, body)
+
+
+async def _execute(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    points = [(1, c) for c in p.execute_concurrency] + list(p.execute_processes)
+    await _execute_points(bench, repeat, "execute", p.execute_jobs, points)
+
+
+async def _noop(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    await _execute_points(bench, repeat, "noop", p.execute_jobs, [(1, c) for c in p.execute_concurrency],
+                          kind="noop")
+
+
+async def _latency(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    await _execute_points(bench, repeat, "latency", p.latency_jobs, [(1, c) for c in p.latency_concurrency],
+                          ["--latency", str(p.charge_latency_seconds)])
+
+
+async def _kill9(bench: Bench, repeat: int) -> None:
+    for lease in bench.profile.kill9_leases:
+        point = f"lease={lease:g}s"
+
+        async def body(lease=lease, point=point) -> Measured:
+            async with RunStack(bench, f"kill9-{point}-{repeat}") as stack:
+                await stack.preload(1)
+                (job,) = await stack.queue.list()
+                (first,) = await stack.start_workers(1, 1, lease, ["--crash-at", "after_effect_before_finalize"])
+                code = await processes.wait_exit(first, 60)
+                killed = time.monotonic()
+                if code != -9:
+                    raise RuntimeError(f"the first worker exited with {code}, expected SIGKILL")
+                # The replacement starts now; its start-up overlaps the lease it must wait out anyway.
+                await stack.start_workers(1, 1, lease)
+                await stack.wait_settled(lease + 60)
+                recovered = time.monotonic()
+                await stack.stop_workers()
+                lags = await stack.reclaim_lags()
+                (counts,) = await job_counts(stack.databases)
+                passed, checks = await gate(stack.databases)
+            metrics = {"recovery_seconds": recovered - killed, "reclaim_lag_seconds": lags[0] if lags else None,
+                       "lease_seconds": lease, "attempts": counts.attempts, "handler_runs": counts.handler_runs,
+                       "charges": counts.charges, "finalizations": counts.finalizations}
+            return Measured(metrics, passed, checks, [Sample(killed, recovered)], Window(killed, recovered))
+        await bench.measure("kill9", point, {"lease_seconds": lease}, "recovery_seconds", repeat, body)
+
+
+async def _retry(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    for rate in p.retry_rates:
+        point = f"transient={rate:.0%}"
+
+        async def body(rate=rate, point=point) -> Measured:
+            charge_args = ["--transient-rate", str(rate), "--seed", str(bench.seed)]
+            async with RunStack(bench, f"retry-{point}-{repeat}", charge_args) as stack:
+                window = await stack.drain(p.retry_jobs, 1, 8)
+                stats = await stack.stop_workers()
+                counts = await job_counts(stack.databases)
+                passed, checks = await gate(stack.databases)
+            jobs = len(counts)
+            metrics = {"jobs": jobs, "transient_rate": rate,
+                       "attempts_per_job": sum(c.attempts for c in counts) / jobs,
+                       "requests_per_job": sum(c.handler_runs for c in counts) / jobs,
+                       "charges_per_succeeded_job": (sum(c.charges for c in counts if c.status == "SUCCEEDED")
+                                                     / max(1, sum(c.status == "SUCCEEDED" for c in counts))),
+                       "dead": sum(c.status == "DEAD" for c in counts), "seconds": window.seconds,
+                       } | worker_time_metrics(stats)
+            return Measured(metrics, passed, checks, [], window)
+        await bench.measure("retry", point, {"transient_rate": rate, "jobs": p.retry_jobs, "seed": bench.seed},
+                            "requests_per_job", repeat, body)
+
+
+async def _idempotency(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    point = f"{p.idempotency_requests} requests, 1 key"
+
+    async def body() -> Measured:
+        async with RunStack(bench, f"idempotency-{repeat}") as stack:
+            job_id = uuid.UUID(int=bench.seed + 1)  # one job, one key, whatever the run
+            headers = {"Idempotency-Key": idempotency_key(job_id)}
+            statuses: list[int] = []
+            samples: list[Sample] = []
+            remaining = iter(range(p.idempotency_requests))
+            async with httpx.AsyncClient(base_url=stack.charge_url, timeout=30) as http:
+                async def client() -> None:
+                    for _ in remaining:
+                        begun = time.monotonic()
+                        response = await http.post("/v1/charges", json={"job_id": str(job_id), **PAYLOAD},
+                                                   headers=headers)
+                        samples.append(Sample(begun, time.monotonic()))
+                        statuses.append(response.status_code)
+                start = time.monotonic()
+                await asyncio.gather(*(client() for _ in range(p.idempotency_clients)))
+                window = Window(start, time.monotonic())
+            created = statuses.count(201)
+            one_created = Check("exactly one of the concurrent requests created the charge",
+                                [] if created == 1 else [{"created": created}], note=f"{created} created")
+            passed, checks = await gate(stack.databases, extra=[one_created])
+        metrics = {"requests": len(statuses), "created": created, "replayed": statuses.count(200),
+                   "other": len(statuses) - created - statuses.count(200),
+                   "requests_per_second": len(statuses) / window.seconds}
+        return Measured(metrics, passed, checks, samples, window)
+    await bench.measure("idempotency", point, {"requests": p.idempotency_requests,
+                                               "clients": p.idempotency_clients}, "requests_per_second", repeat, body)
+
+
+async def _dead(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+
+    async def body() -> Measured:
+        async with RunStack(bench, f"dead-{repeat}", ["--permanent-rate", "1", "--seed", str(bench.seed)]) as stack:
+            window = await stack.drain(p.dead_jobs, 1, 8)
+            stats = await stack.stop_workers()
+            counts = await job_counts(stack.databases)
+            span = await stack.span()
+            wrong = [{"job_id": c.job_id, "status": c.status, "attempts": c.attempts}
+                     for c in counts if c.status != "DEAD" or c.attempts != 1]
+            dead_once = Check("a permanent failure goes DEAD after one attempt, never retried", wrong)
+            passed, checks = await gate(stack.databases, extra=[dead_once])
+        seconds = span["seconds"] or window.seconds
+        metrics = {"jobs": len(counts), "dead": span["dead"], "seconds": seconds,
+                   "jobs_per_second": len(counts) / seconds} | worker_time_metrics(stats)
+        return Measured(metrics, passed, checks, [], window)
+    await bench.measure("dead", "permanent=100%", {"jobs": p.dead_jobs}, "jobs_per_second", repeat, body)
+
+
+async def _semaphore(bench: Bench, repeat: int) -> None:
+    p = bench.profile
+    permits, latency = p.semaphore_permits, p.semaphore_latency_seconds
+
+    async def body() -> Measured:
+        async with RunStack(bench, f"semaphore-{repeat}", ["--latency", str(latency)]) as stack:
+            window = await stack.drain(p.semaphore_jobs, 1, permits)
+            service = await stack.charge_stats()
+            stats = await stack.stop_workers()
+            span = await stack.span()
+            bounded = [invariants.capacity_check([s.get("in_flight_peak", 0) for s in stats], permits),
+                       Check(f"the slow dependency never saw more than {permits} requests at once",
+                             [] if service["in_flight_peak"] <= permits else [service],
+                             note=f"peak {service['in_flight_peak']}")]
+            passed, checks = await gate(stack.databases, extra=bounded)
+        seconds = span["seconds"] or window.seconds
+        metrics = {"jobs": span["jobs"], "seconds": seconds, "jobs_per_second": span["jobs"] / seconds,
+                   "bound_jobs_per_second": permits / latency, "service_in_flight_peak": service["in_flight_peak"],
+                   } | worker_time_metrics(stats)
+        return Measured(metrics, passed, checks, [], window)
+    await bench.measure("semaphore", f"{permits} permits, {latency * 1000:g} ms dependency",
+                        {"permits": permits, "latency_seconds": latency, "jobs": p.semaphore_jobs},
+                        "jobs_per_second", repeat, body)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("ingest", f"durable submission: over HTTP to the API process one job per request and "
+             f"{BENCH_BATCH_JOBS} per batch request, and straight into PostgreSQL",
+             lambda p: len(INGEST_VIAS) * len(p.ingest_clients), ingest),
+    Scenario("execute", "zero-latency charges: one worker process at each concurrency, then several processes",
+             lambda p: len(p.execute_concurrency) + len(p.execute_processes), _execute),
+    Scenario("noop", "no-op jobs: the queue's own cost (claim, lease, fenced finalize), as pgbench and the peers "
+             "measure it", lambda p: len(p.execute_concurrency), _noop),
+    Scenario("latency", "execution when every charge takes the profile's charge latency",
+             lambda p: len(p.latency_concurrency), _latency),
+    Scenario("kill9", "a worker SIGKILLed after its charge committed; time until another finishes the job",
+             lambda p: len(p.kill9_leases), _kill9),
+    Scenario("retry", "retry amplification: charge requests per job at each transient failure rate",
+             lambda p: len(p.retry_rates), _retry),
+    Scenario("idempotency", "many concurrent requests with one idempotency key: one charge",
+             lambda p: 1, _idempotency),
+    Scenario("dead", "every charge permanently refused: each job DEAD after one attempt", lambda p: 1, _dead),
+    Scenario("semaphore", "a slow dependency: in-flight work stays within the worker's permits",
+             lambda p: 1, _semaphore),
+)}
