@@ -2,6 +2,6 @@
 
 import sys
 
-from reliableq.cli import main
+from reliableq.cli.main import main
 
 sys.exit(main())

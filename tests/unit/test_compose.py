@@ -9,14 +9,15 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from reliableq import cli
+from reliableq.cli.main import build_parser
+from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 APP_SERVICES = {name: s for name, s in SERVICES.items() if name != "postgres"}
-EXPECTED_COMMAND = {"api": cli.cmd_api, "charge-service": cli.cmd_charge_service,
-                    "worker-1": cli.cmd_worker, "worker-2": cli.cmd_worker, "worker-3": cli.cmd_worker}
+EXPECTED_COMMAND = {"api": cmd_api, "charge-service": cmd_charge_service,
+                    "worker-1": cmd_worker, "worker-2": cmd_worker, "worker-3": cmd_worker}
 
 
 def test_the_services_are_postgres_api_charge_service_and_three_workers():
@@ -29,7 +30,7 @@ def test_the_services_are_postgres_api_charge_service_and_three_workers():
 def test_each_command_is_a_valid_reliableq_subcommand(name):
     """The CLI's own parser accepts each service's command and picks the expected subcommand."""
     service = APP_SERVICES[name]
-    args = cli.build_parser().parse_args(service["command"])
+    args = build_parser().parse_args(service["command"])
     assert args.run is EXPECTED_COMMAND[name]
     assert service["image"] == "reliableq:local" and service["build"] == "."
     if name.startswith("worker"):
@@ -52,7 +53,7 @@ def test_published_ports_bind_loopback_and_match_the_commands():
             host_ip, host_port, container_port = mapping.split(":")
             assert host_ip == "127.0.0.1"
             if name in APP_SERVICES:
-                assert cli.build_parser().parse_args(service["command"]).port == int(container_port)
+                assert build_parser().parse_args(service["command"]).port == int(container_port)
 
 
 def test_health_checks_gate_the_start_order():

@@ -1,0 +1,17 @@
+"""The `reliableq` command, one module per family of commands, and `main` (the parser, in main.py).
+
+    main        the parser and main(): one line for people on an error, the traceback with --debug
+    arguments   what the families share: argument types, the --off switch, UsageError, running a coroutine
+    database    db, migrate
+    services    api, charge-service, worker
+    operators   submit, jobs, replay
+    lab         demo, stage, lab, chaos
+    bench       bench
+
+`main` is named here because the installed `reliableq` script (pyproject's `reliableq.cli:main`) calls
+it; nothing else is exported.
+"""
+
+from reliableq.cli.main import main
+
+__all__ = ["main"]

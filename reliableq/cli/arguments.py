@@ -1,0 +1,95 @@
+"""What every family of `reliableq` commands shares: argument types, the --off switch, UsageError (a
+one-line error for people), and how a command runs its coroutine (on uvloop where installed)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from reliableq.config import Mechanisms
+
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """Bad arguments the parser could not catch by itself."""
+
+
+def mechanisms_from(args: argparse.Namespace) -> Mechanisms:
+    names = [n.strip() for n in (args.off or "").split(",") if n.strip()]
+    try:
+        return Mechanisms().without(*names)
+    except ValueError as error:
+        raise UsageError(f"--off: {error}") from error
+
+
+def add_mechanism_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--off", metavar="MECHANISMS", default="",
+                        help="comma-separated mechanisms to switch off: " + ",".join(Mechanisms.names()))
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
+    return value
+
+
+def check_fleet_limit(fleet_limit: int | None, mechanisms: Mechanisms) -> None:
+    if fleet_limit and not (mechanisms.skip_locked and mechanisms.leases):
+        raise UsageError("--fleet-limit needs the skip_locked and leases mechanisms on")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port between 1 and 65535, got {text}")
+    return value
+
+
+def rate(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def job_uuid(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a UUID)") from None
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def run_coroutine(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run on uvloop where it is installed (Linux, macOS): a worker's CPU per job (claim, HTTP
+    call, finalize) is what bounds its throughput, and uvloop cut it by a fifth (`reliableq bench`)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)

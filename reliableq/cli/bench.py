@@ -1,0 +1,28 @@
+"""`reliableq bench`: the benchmark, from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from reliableq.cli.arguments import UsageError, run_coroutine
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from reliableq.bench.profiles import PROFILES
+    from reliableq.bench.report import link_latest
+    from reliableq.bench.run import run_bench
+    from reliableq.bench.scenarios import SCENARIOS
+    scenarios = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()] or None
+    unknown = set(scenarios or ()) - set(SCENARIOS)
+    if unknown:
+        raise UsageError(f"--scenarios: unknown {', '.join(sorted(unknown))}; expected {', '.join(SCENARIOS)}")
+    out = Path(args.out) if args.out else Path("results") / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    result = run_coroutine(run_bench(PROFILES[args.profile], out, scenarios, seed=args.seed,
+                                     progress=not args.no_progress))
+    if not args.out:
+        link_latest(out)
+    failed = [r for r in result.runs if not r.passed]
+    print(f"{len(result.runs) - len(failed)}/{len(result.runs)} runs passed their gate; report: {out / 'report.md'}")
+    return 1 if failed else 0

@@ -1,0 +1,170 @@
+"""The `reliableq` command: its parser, one subcommand per command of the families beside this module.
+
+Errors are for people: one line saying what is wrong and what to do, and a non-zero exit; the
+traceback only with --debug."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from reliableq import db
+from reliableq.cli.arguments import (
+    UsageError,
+    add_mechanism_option,
+    job_uuid,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    rate,
+    tcp_port,
+)
+from reliableq.cli.bench import cmd_bench
+from reliableq.cli.database import cmd_db, cmd_migrate
+from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
+from reliableq.cli.operators import cmd_jobs, cmd_replay, cmd_submit
+from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
+from reliableq.lab.faults import CRASH_POINTS
+from reliableq.payload import InvalidSubmission
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reliableq",
+                                     description="ReliableQ: a PostgreSQL job queue and its failure lab.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("db", help="start or show the database (the embedded PostgreSQL unless DATABASE_URL is set)")
+    p.add_argument("action", choices=["start", "url", "stop"], nargs="?", default="url")
+    p.set_defaults(run=cmd_db)
+
+    p = sub.add_parser("migrate", help="create the databases and apply the schemas (idempotent)")
+    p.set_defaults(run=cmd_migrate)
+
+    p = sub.add_parser("api", help="serve the HTTP API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=tcp_port, default=8000)
+    p.add_argument("--token", help="require this bearer token (required when binding beyond loopback)")
+    add_mechanism_option(p)
+    p.set_defaults(run=cmd_api)
+
+    p = sub.add_parser("charge-service", help="serve the charge service")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=tcp_port, default=8001)
+    p.add_argument("--latency", type=non_negative_float, default=0.0, help="seconds added to every request")
+    p.add_argument("--transient-rate", type=rate, default=0.0, help="share of requests answered 503")
+    p.add_argument("--timeout-rate", type=rate, default=0.0, help="share of requests left hanging")
+    p.add_argument("--permanent-rate", type=rate, default=0.0, help="share of requests answered 422")
+    p.add_argument("--lost-response-rate", type=rate, default=0.0, help="share charged, then left hanging")
+    p.add_argument("--capacity", type=positive_int, help="refuse requests beyond this many in flight")
+    p.add_argument("--seed", type=int, default=0, help="seed of the failure draws")
+    p.set_defaults(run=cmd_charge_service)
+
+    p = sub.add_parser("worker", help="run a worker")
+    p.add_argument("--charge-url", default="http://127.0.0.1:8001")
+    p.add_argument("--concurrency", type=positive_int, default=8, help="jobs handled at once")
+    p.add_argument("--lease", type=positive_float, default=30.0, help="lease length in seconds")
+    p.add_argument("--poll", type=positive_float, default=0.2, help="idle poll interval in seconds")
+    p.add_argument("--charge-timeout", type=positive_float, default=5.0, help="seconds to wait for the charge service")
+    p.add_argument("--grace", type=non_negative_float, default=10.0,
+                   help="seconds in-flight work may finish after SIGTERM")
+    p.add_argument("--seed", type=int, help="seed of the backoff jitter")
+    p.add_argument("--worker-id", help="name of this worker (default: host-pid-n)")
+    p.add_argument("--fleet-limit", type=positive_int,
+                   help="jobs in flight across every worker of this database (enforced in PostgreSQL)")
+    p.add_argument("--crash-at", choices=CRASH_POINTS[:3], help="SIGKILL this process the first time it gets there")
+    add_mechanism_option(p)
+    p.set_defaults(run=cmd_worker)
+
+    p = sub.add_parser("submit", help="submit a charge job (straight to the database, or through --api-url)")
+    p.add_argument("--amount", type=int, required=True, help="amount in cents")
+    p.add_argument("--currency", default="USD")
+    p.add_argument("--description")
+    p.add_argument("--max-attempts", type=positive_int)
+    p.add_argument("--api-url", help="submit through this API instead of the database")
+    p.set_defaults(run=cmd_submit)
+
+    p = sub.add_parser("jobs", help="list jobs (DEAD included) or show one with its attempts")
+    p.add_argument("action", choices=["list", "show"], nargs="?", default="list")
+    p.add_argument("job_id", type=job_uuid, nargs="?")
+    p.add_argument("--status", type=str.upper, choices=["PENDING", "RUNNING", "SUCCEEDED", "DEAD"])
+    p.add_argument("--limit", type=positive_int, default=50)
+    p.set_defaults(run=cmd_jobs)
+
+    p = sub.add_parser("replay", help="send a DEAD job back to PENDING (same id and idempotency key)")
+    p.add_argument("job_id", type=job_uuid)
+    p.add_argument("--budget", type=positive_int, default=5, help="fresh attempts it gets")
+    p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser("demo", help="crash a worker after its charge commits, recover, print A H C F")
+    p.add_argument("story", nargs="?", default="crash", choices=["crash", "kill9", "pause"],
+                   help="crash: in-process (default); kill9: real SIGKILL; pause: real SIGSTOP/SIGCONT")
+    p.add_argument("--lease", type=positive_float, help="lease seconds (kill9: 2, pause: 1)")
+    add_mechanism_option(p)
+    p.set_defaults(run=cmd_demo)
+
+    p = sub.add_parser("stage", help="run one stage's scenario with its mechanism off, on, or both")
+    p.add_argument("name", help="naive, commit-before-ack, skip-locked, leases, fencing, idempotency, backoff, "
+                                "dead or semaphore")
+    p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=cmd_stage)
+
+    p = sub.add_parser("lab", help="start PostgreSQL, apply the schemas and open JupyterLab on the notebooks")
+    p.add_argument("--notebooks", help="notebooks folder (default: the checkout's notebooks/)")
+    p.add_argument("--port", type=tcp_port, default=8888)
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--token", help="JupyterLab access token (default: a random one, printed by JupyterLab)")
+    p.set_defaults(run=cmd_lab)
+
+    p = sub.add_parser("chaos", help="seeded crashes, pauses and failures; then check the invariants")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=positive_int, default=120)
+    p.add_argument("--workers", type=positive_int, default=3)
+    p.add_argument("--concurrency", type=positive_int, default=4, help="permits per worker")
+    p.add_argument("--lease", type=positive_float, default=1.0, help="lease seconds")
+    p.add_argument("--settle", type=positive_float, default=60.0, help="seconds the run may take to settle")
+    p.add_argument("--fleet-limit", type=positive_int,
+                   help="jobs in flight across all workers (checked: live leases never exceed it)")
+    add_mechanism_option(p)
+    p.set_defaults(run=cmd_chaos)
+
+    p = sub.add_parser("bench", help="benchmark real processes against pgbench; gated by the invariants")
+    p.add_argument("--profile", choices=["tiny", "quick", "full"], default="quick",
+                   help="quick: under 5 minutes on 2 cores; tiny: seconds, for tests")
+    p.add_argument("--out", help="results folder (default: results/bench/<timestamp>, linked as results/bench/latest)")
+    p.add_argument("--scenarios", help="comma-separated subset: ingest,execute,latency,kill9,retry,idempotency,"
+                                       "dead,semaphore")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(run=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.ERROR,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.run(args)
+    except (UsageError, InvalidSubmission) as error:
+        if args.debug:
+            raise
+        print(f"reliableq: error: {error}", file=sys.stderr)
+        return 2
+    except db.DatabaseUnavailable as error:
+        if args.debug:
+            raise
+        print(f"reliableq: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`reliableq stage naive | head -1`): stop quietly, as Unix tools do. Point
+        # stdout at /dev/null, or Python's final flush would raise the same error again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

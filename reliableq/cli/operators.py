@@ -1,0 +1,84 @@
+"""`reliableq submit`, `reliableq jobs` and `reliableq replay`: what an operator does to the queue, straight
+through the database (or, for submit, through the API)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from reliableq import db
+from reliableq.cli.arguments import UsageError, print_json, run_coroutine
+from reliableq.payload import parse_submission
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"amount_cents": args.amount, "currency": args.currency}
+    if args.description:
+        body["description"] = args.description
+    if args.max_attempts:
+        body["max_attempts"] = args.max_attempts
+    submission = parse_submission(body)
+    if args.api_url:
+        import httpx
+        try:
+            response = httpx.post(f"{args.api_url}/v1/jobs", json=body, timeout=10)
+        except httpx.HTTPError as error:
+            raise db.DatabaseUnavailable(f"cannot reach the API at {args.api_url}: {error}") from error
+        if response.status_code != 202:
+            raise UsageError(f"the API refused the job: {response.status_code} {response.text}")
+        print(response.json()["id"])
+        return 0
+    job = run_coroutine(_with_queue(lambda queue: queue.submit(submission)))
+    print(job.id)
+    return 0
+
+
+async def _with_queue(action):
+    from reliableq.queue import Queue
+    databases = db.resolve()
+    await asyncio.to_thread(db.migrate, databases)
+    pool = await db.open_pool_checked(databases.queue_url, max_size=2)
+    try:
+        return await action(Queue(pool))
+    finally:
+        await pool.close()
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        if args.job_id is None:
+            raise UsageError("jobs show needs a job id")
+
+        async def show(queue):
+            job = await queue.get(args.job_id)
+            if job is None:
+                raise UsageError(f"no job {args.job_id}")
+            history = {"attempt_history": await queue.attempts_of(job.id), "events": await queue.events_of(job.id)}
+            return job.as_json() | history
+        print_json(run_coroutine(_with_queue(show)))
+        return 0
+
+    async def listing(queue):
+        return await queue.list(args.status, args.limit), await queue.counts()
+    jobs, counts = run_coroutine(_with_queue(listing))
+    print("  ".join(f"{status}={n}" for status, n in counts.items()))
+    for job in jobs:
+        error = f"  {job.last_error}" if job.last_error else ""
+        amount = job.payload.get("amount_cents", 0) / 100
+        print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  "
+              f"{amount:.2f} {job.payload.get('currency')}{error}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    async def replay(queue):
+        replayed = await queue.replay(args.job_id, args.budget)
+        if replayed is None:
+            job = await queue.get(args.job_id)
+            raise UsageError(f"no job {args.job_id}" if job is None
+                             else f"job {args.job_id} is {job.status}; only DEAD jobs can be replayed")
+        return replayed
+    job = run_coroutine(_with_queue(replay))
+    print(f"replayed {job.id}: PENDING, key {job.idempotency_key}, budget now {job.max_attempts} attempts")
+    return 0

@@ -1,0 +1,98 @@
+"""`reliableq api`, `reliableq charge-service` and `reliableq worker`: the parts, run as processes.
+
+Every server binds 127.0.0.1 unless told otherwise, and the API refuses to bind elsewhere without a
+bearer token. A worker prints one line when it runs and one JSON line of its stats when it stops."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import time
+
+from reliableq import db
+from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine
+from reliableq.config import WorkerSettings
+from reliableq.lab.faults import FaultPlan
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _serve(app, host: str, port: int, banner: str) -> int:
+    """Bind first, then announce, then serve: a busy port is a one-line error, not a false banner."""
+    import uvicorn
+
+    from reliableq.servers import bind_listener
+    try:
+        listener = bind_listener(host, port)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port") from None
+    print(banner, flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+    return 0
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from reliableq.api import create_api_app
+    mechanisms_from(args)
+    token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
+    if args.host not in LOOPBACK and not token:
+        raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
+    databases = db.resolve()
+    db.migrate(databases)
+    return _serve(create_api_app(databases.queue_url, mechanisms_from(args), api_token=token), args.host, args.port,
+                  f"API on http://{args.host}:{args.port} ({mechanisms_from(args).describe()})")
+
+
+def cmd_charge_service(args: argparse.Namespace) -> int:
+    from reliableq.charge.service import ChargeFaults, create_charge_app
+    faults = ChargeFaults(latency_seconds=args.latency, transient_rate=args.transient_rate,
+                          timeout_rate=args.timeout_rate, permanent_rate=args.permanent_rate,
+                          lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed)
+    databases = db.resolve()
+    db.migrate(databases)
+    return _serve(create_charge_app(databases.charge_url, faults), args.host, args.port,
+                  f"charge service on http://{args.host}:{args.port}")
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    mechanisms = mechanisms_from(args)  # bad switches are a usage error, reported before touching the database
+    check_fleet_limit(args.fleet_limit, mechanisms)
+    settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
+                              charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
+                              backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit)
+    faults = FaultPlan()
+    if args.crash_at:
+        faults.arm_crash(args.crash_at, real_kill=True)
+    return run_coroutine(_run_worker(args, settings, faults))
+
+
+async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultPlan) -> int:
+    from reliableq.charge.client import ChargeClient
+    from reliableq.queue import Queue
+    from reliableq.worker import Worker
+    databases = db.resolve()
+    await asyncio.to_thread(db.migrate, databases)
+    mechanisms = mechanisms_from(args)
+    pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2)
+    charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
+    worker = Worker(Queue(pool, mechanisms, faults), charges, settings, faults)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.request_stop)
+    print(f"worker {worker.worker_id} running ({mechanisms.describe()}); SIGTERM or Ctrl-C stops it", flush=True)
+    try:
+        cpu_started = time.process_time()
+        stats = await worker.run()
+        cpu_seconds = time.process_time() - cpu_started
+        # The pool's own counters (requests_wait_ms, requests_num, ...) tell waits for a connection
+        # apart from time spent in PostgreSQL; the benchmark reads them from this line.
+        pool_stats = pool.get_stats()
+    finally:
+        await charges.aclose()
+        await pool.close()
+    report = stats.__dict__ | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
+    print(f"worker {worker.worker_id} stopped: {json.dumps(report)}", flush=True)
+    return 0
