@@ -1,31 +1,27 @@
 """ReliableQ: a PostgreSQL-backed job queue, built to show why each reliability mechanism exists.
 
-Layout (one noun per module):
+Layout: layers, each a folder, one noun per module. The core, at the package root:
     config    the mechanism switches (`Mechanisms`) and worker settings
     sql       loads schemas and named queries from `sql/`; the only place SQL comes from
     db        where the databases are (embedded PostgreSQL or DATABASE_URL), pools, migrations
     payload   what a client may submit, validated before anything is stored
     queue     the repository: submit, claim, renew, succeed, retry, dead, replay (fenced by lease token)
     backoff   capped exponential backoff with full jitter, seedable
-    charge    the charge service (its own database, idempotency keys) and the worker's client
     api       the HTTP API: submit (202 after commit), inspect, replay
     worker    the asyncio worker: permits, leases, classification, graceful shutdown
     group_commit  callers that arrive during a commit share the next one (the worker's successes)
     lease_keeper  renews a claim's lease from its effect until its finalize is recorded
-    faults    named crash and pause points the harness arms
+    hooks     the named fault points the core passes, and the no-op hook production runs with
     servers   ASGI apps on loopback in a background thread
-    harness   a whole system for one experiment on scratch databases
-    ledger    A/H/C/F per job, read from PostgreSQL
-    timeline  an experiment's events (claims, expiries, finalizes, charges, crashes) for charts
-    invariants the safety invariants, checked directly in PostgreSQL
-    lab       what the stages share: scenario parameters and results, compare off/on
-    chaos     the seeded chaos suite and its invariant report
-    demo      `reliableq demo`: crash after the charge (in-process, kill9, pause), recover, count
-    processes real `reliableq` processes on loopback: spawn, wait for readiness, signal, stop
-    bench     `reliableq bench`: scenarios against real processes, gated by the invariants, beside pgbench
-    bench_report the benchmark's files: JSON, CSV, charts and the markdown report
-    peers     the benchmark's peers, pgqueuer and procrastinate, each run in its own process
-    cli       the `reliableq` command
+charge/     the charge service (service) and the worker's client for it (client)
+lab/        the harness: experiment (what the stages share), harness, processes, faults (the FaultPlan),
+            ledger, timeline, invariants, chaos, demo, notebook
+bench/      `reliableq bench`: run, runner, scenarios, ingest, stack, gate, results, profiles, progress,
+            baselines (pgbench), peers, report
+cli/        the `reliableq` command: main (the parser), arguments, database, services, operators, lab, bench
+
+The rule: the core and charge/ never import lab/, bench/ or cli/; lab/ never imports bench/ or cli/;
+bench/ takes from the lab only invariants, ledger and processes (tests/unit/test_layers.py checks it).
 
 The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism.
 
