@@ -24,7 +24,7 @@ from starlette.background import BackgroundTask
 
 from reliableq import db
 from reliableq.charge.client import idempotency_key
-from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
+from reliableq.config import DEFAULT_REPLAY_BUDGET, MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.payload import InvalidSubmission, Submission, parse_batch, parse_submission
@@ -32,7 +32,6 @@ from reliableq.queue import STATUSES, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")
-DEFAULT_REPLAY_BUDGET = 5
 MAX_LIST_LIMIT = 1000
 
 

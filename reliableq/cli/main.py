@@ -11,7 +11,10 @@ import os
 import signal
 import sys
 
+import stages
 from reliableq import db
+from reliableq.bench.scenarios import SCENARIOS
+from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import (
     UsageError,
     add_mechanism_option,
@@ -27,8 +30,14 @@ from reliableq.cli.database import cmd_db, cmd_migrate
 from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
 from reliableq.cli.operators import cmd_jobs, cmd_replay, cmd_submit
 from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
+from reliableq.config import DEFAULT_REPLAY_BUDGET, WorkerSettings
+from reliableq.lab.chaos import ChaosConfig
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.payload import InvalidSubmission
+from reliableq.queue import STATUSES
+
+# The defaults shown and used are the dataclasses' own: one place to change them.
+CHARGE, WORKER, CHAOS = ChargeFaults(), WorkerSettings(), ChaosConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,22 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("charge-service", help="serve the charge service")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=tcp_port, default=8001)
-    p.add_argument("--latency", type=non_negative_float, default=0.0, help="seconds added to every request")
-    p.add_argument("--transient-rate", type=rate, default=0.0, help="share of requests answered 503")
-    p.add_argument("--timeout-rate", type=rate, default=0.0, help="share of requests left hanging")
-    p.add_argument("--permanent-rate", type=rate, default=0.0, help="share of requests answered 422")
-    p.add_argument("--lost-response-rate", type=rate, default=0.0, help="share charged, then left hanging")
+    p.add_argument("--latency", type=non_negative_float, default=CHARGE.latency_seconds,
+                   help="seconds added to every request")
+    p.add_argument("--transient-rate", type=rate, default=CHARGE.transient_rate, help="share of requests answered 503")
+    p.add_argument("--timeout-rate", type=rate, default=CHARGE.timeout_rate, help="share of requests left hanging")
+    p.add_argument("--permanent-rate", type=rate, default=CHARGE.permanent_rate, help="share of requests answered 422")
+    p.add_argument("--lost-response-rate", type=rate, default=CHARGE.lost_response_rate,
+                   help="share charged, then left hanging")
     p.add_argument("--capacity", type=positive_int, help="refuse requests beyond this many in flight")
-    p.add_argument("--seed", type=int, default=0, help="seed of the failure draws")
+    p.add_argument("--seed", type=int, default=CHARGE.seed, help="seed of the failure draws")
     p.set_defaults(run=cmd_charge_service)
 
     p = sub.add_parser("worker", help="run a worker")
     p.add_argument("--charge-url", default="http://127.0.0.1:8001")
-    p.add_argument("--concurrency", type=positive_int, default=8, help="jobs handled at once")
-    p.add_argument("--lease", type=positive_float, default=30.0, help="lease length in seconds")
-    p.add_argument("--poll", type=positive_float, default=0.2, help="idle poll interval in seconds")
-    p.add_argument("--charge-timeout", type=positive_float, default=5.0, help="seconds to wait for the charge service")
-    p.add_argument("--grace", type=non_negative_float, default=10.0,
+    p.add_argument("--concurrency", type=positive_int, default=WORKER.concurrency, help="jobs handled at once")
+    p.add_argument("--lease", type=positive_float, default=WORKER.lease_seconds, help="lease length in seconds")
+    p.add_argument("--poll", type=positive_float, default=WORKER.poll_seconds, help="idle poll interval in seconds")
+    p.add_argument("--charge-timeout", type=positive_float, default=WORKER.charge_timeout_seconds,
+                   help="seconds to wait for the charge service")
+    p.add_argument("--grace", type=non_negative_float, default=WORKER.shutdown_grace_seconds,
                    help="seconds in-flight work may finish after SIGTERM")
     p.add_argument("--seed", type=int, help="seed of the backoff jitter")
     p.add_argument("--worker-id", help="name of this worker (default: host-pid-n)")
@@ -90,13 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("jobs", help="list jobs (DEAD included) or show one with its attempts")
     p.add_argument("action", choices=["list", "show"], nargs="?", default="list")
     p.add_argument("job_id", type=job_uuid, nargs="?")
-    p.add_argument("--status", type=str.upper, choices=["PENDING", "RUNNING", "SUCCEEDED", "DEAD"])
+    p.add_argument("--status", type=str.upper, choices=STATUSES)
     p.add_argument("--limit", type=positive_int, default=50)
     p.set_defaults(run=cmd_jobs)
 
     p = sub.add_parser("replay", help="send a DEAD job back to PENDING (same id and idempotency key)")
     p.add_argument("job_id", type=job_uuid)
-    p.add_argument("--budget", type=positive_int, default=5, help="fresh attempts it gets")
+    p.add_argument("--budget", type=positive_int, default=DEFAULT_REPLAY_BUDGET, help="fresh attempts it gets")
     p.set_defaults(run=cmd_replay)
 
     p = sub.add_parser("demo", help="crash a worker after its charge commits, recover, print A H C F")
@@ -107,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_demo)
 
     p = sub.add_parser("stage", help="run one stage's scenario with its mechanism off, on, or both")
-    p.add_argument("name", help="naive, commit-before-ack, skip-locked, leases, fencing, idempotency, backoff, "
-                                "dead or semaphore")
+    p.add_argument("name", help=", ".join(stages.names()))
     p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=cmd_stage)
@@ -121,12 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_lab)
 
     p = sub.add_parser("chaos", help="seeded crashes, pauses and failures; then check the invariants")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jobs", type=positive_int, default=120)
-    p.add_argument("--workers", type=positive_int, default=3)
-    p.add_argument("--concurrency", type=positive_int, default=4, help="permits per worker")
-    p.add_argument("--lease", type=positive_float, default=1.0, help="lease seconds")
-    p.add_argument("--settle", type=positive_float, default=60.0, help="seconds the run may take to settle")
+    p.add_argument("--seed", type=int, default=CHAOS.seed)
+    p.add_argument("--jobs", type=positive_int, default=CHAOS.jobs)
+    p.add_argument("--workers", type=positive_int, default=CHAOS.workers)
+    p.add_argument("--concurrency", type=positive_int, default=CHAOS.concurrency, help="permits per worker")
+    p.add_argument("--lease", type=positive_float, default=CHAOS.lease_seconds, help="lease seconds")
+    p.add_argument("--settle", type=positive_float, default=CHAOS.settle_seconds,
+                   help="seconds the run may take to settle")
     p.add_argument("--fleet-limit", type=positive_int,
                    help="jobs in flight across all workers (checked: live leases never exceed it)")
     add_mechanism_option(p)
@@ -136,8 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=["tiny", "quick", "full"], default="quick",
                    help="quick: under 5 minutes on 2 cores; tiny: seconds, for tests")
     p.add_argument("--out", help="results folder (default: results/bench/<timestamp>, linked as results/bench/latest)")
-    p.add_argument("--scenarios", help="comma-separated subset: ingest,execute,latency,kill9,retry,idempotency,"
-                                       "dead,semaphore")
+    p.add_argument("--scenarios", help="comma-separated subset: " + ",".join(SCENARIOS))
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(run=cmd_bench)
