@@ -17,6 +17,7 @@ import pytest
 
 from reliableq import db
 from reliableq.config import Mechanisms
+from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 from reliableq.servers import LoopbackServer
@@ -112,8 +113,6 @@ async def stale_and_current(queue: Queue, submission, stale_worker: str = "pause
 
 async def wait_until_lease_ran_out(queue: Queue, job, timeout: float = 10.0) -> None:
     """Poll PostgreSQL's clock (the clock leases are measured by) until `job`'s lease, as claimed, ran out."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while await queue.database_now() <= job.lease_expires_at:
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"the lease of job {job.id} did not run out within {timeout}s")
-        await asyncio.sleep(0.02)
+    async def ran_out() -> bool:
+        return await queue.database_now() > job.lease_expires_at
+    await wait_until(ran_out, timeout, f"the lease of job {job.id} to run out")

@@ -8,7 +8,6 @@ does not do: decide what a run measures (the scenarios do) or judge it (the gate
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Window
 from reliableq.bench.runner import Bench
 from reliableq.lab import processes
+from reliableq.lab.waiting import wait_until
 from reliableq.queue import Queue
 
 _Q = sql.queries("bench")
@@ -93,17 +93,14 @@ class RunStack:
             self.workers.append(worker)
             self._started.append(worker)
             started.append(worker)
-        await asyncio.gather(*(processes.wait_output(w, " running (", WORKER_READY_SECONDS) for w in started))
+        await asyncio.gather(*(processes.wait_running(w, WORKER_READY_SECONDS) for w in started))
         return started
 
     async def stop_workers(self) -> list[dict[str, Any]]:
-        """SIGTERM every worker; their stats, parsed from the line each prints on exit."""
-        lines = await asyncio.gather(*(processes.stop(w) for w in self.workers if w.process.poll() is None))
-        stats = []
-        for line in lines:
-            if " stopped: " in line:
-                stats.append(json.loads(line.split(" stopped: ", 1)[1]))
-        return stats
+        """SIGTERM every worker; the stats each wrote to its status file as it stopped."""
+        running = [w for w in self.workers if w.process.poll() is None]
+        await asyncio.gather(*(processes.stop(w) for w in running))
+        return [status["stats"] for w in running if (status := w.status()) and status["state"] == "stopped"]
 
     async def preload(self, jobs: int, max_attempts: int = 5, kind: str = "charge") -> None:
         """Insert `jobs` due jobs in one transaction: every worker sees the whole batch at once."""
@@ -120,16 +117,12 @@ class RunStack:
         return Window(start, time.monotonic())
 
     async def wait_settled(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        async def settled() -> bool:
             counts = await self.queue.counts()
-            if counts["PENDING"] == 0 and counts["RUNNING"] == 0:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not settled after {timeout:g}s: {counts}")
             if self.workers and all(w.process.poll() is not None for w in self.workers):
                 raise RuntimeError(f"every worker exited before the run settled: {counts}")
-            await asyncio.sleep(0.02)
+            return counts["PENDING"] == 0 and counts["RUNNING"] == 0
+        await wait_until(settled, timeout, "every job to be SUCCEEDED or DEAD")
 
     async def charge_stats(self) -> dict[str, Any]:
         """The charge service's own counters (in-flight peak, requests, its process's CPU seconds)."""

@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fleet-limit", type=positive_int,
                    help="jobs in flight across every worker of this database (enforced in PostgreSQL)")
     p.add_argument("--crash-at", choices=CRASH_POINTS[:3], help="SIGKILL this process the first time it gets there")
+    p.add_argument("--status-file", metavar="PATH",
+                   help='keep a JSON file of this worker\'s state: {"state": "running"}, then its stats when it stops')
     add_mechanism_option(p)
     p.set_defaults(run=cmd_worker)
 

@@ -1,7 +1,9 @@
 """`reliableq api`, `reliableq charge-service` and `reliableq worker`: the parts, run as processes.
 
 Every server binds 127.0.0.1 unless told otherwise, and the API refuses to bind elsewhere without a
-bearer token. A worker prints one line when it runs and one JSON line of its stats when it stops."""
+bearer token. A worker prints one line when it runs and one when it stops, for people; with
+`--status-file` it also keeps a JSON file for programs (its state, then its stats), so that a supervisor
+or the benchmark never parses what is printed for people."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 from reliableq import db
 from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine
@@ -82,6 +85,7 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)
+    _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "running"})
     print(f"worker {worker.worker_id} running ({mechanisms.describe()}); SIGTERM or Ctrl-C stops it", flush=True)
     try:
         cpu_started = time.process_time()
@@ -94,5 +98,17 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
         await charges.aclose()
         await pool.close()
     report = stats.__dict__ | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
-    print(f"worker {worker.worker_id} stopped: {json.dumps(report)}", flush=True)
+    _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "stopped", "stats": report})
+    print(f"worker {worker.worker_id} stopped: claimed {stats.claimed}, succeeded {stats.succeeded}, "
+          f"retried {stats.retried}, dead {stats.dead}, lost finalizes {stats.lost_finalizes}, "
+          f"abandoned to lease expiry {stats.abandoned}", flush=True)
     return 0
+
+
+def _write_status(path: str | None, status: dict) -> None:
+    """Replace the status file whole (a reader never sees half of it)."""
+    if path is None:
+        return
+    partial = Path(path).with_suffix(".partial")
+    partial.write_text(json.dumps(status))
+    os.replace(partial, path)

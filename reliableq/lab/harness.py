@@ -9,7 +9,6 @@ collapsed, which is why crashes here are simulated by the fault plan (the CLI de
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,6 +25,7 @@ from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.ledger import JobCounts, job_counts
+from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
 from reliableq.servers import LoopbackServer
@@ -75,11 +75,7 @@ class LocalSystem:
     async def wait_until(self, condition: Callable[[], Awaitable[bool]], timeout: float,
                          what: str = "condition", poll_seconds: float = 0.02) -> None:
         """Poll `condition` until true; TimeoutError naming `what` after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while not await condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            await asyncio.sleep(poll_seconds)
+        await wait_until(condition, timeout, what, poll_seconds)
 
     async def wait_for_status(self, job_id: uuid.UUID, statuses: set[str], timeout: float = 30.0) -> Job:
         async def reached() -> bool:

@@ -8,19 +8,20 @@ up after a caller that forgets to stop what it started (use `stop` or `kill` in 
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from reliableq.db import Databases
+from reliableq.lab.waiting import wait_until
 
 READY_TIMEOUT_SECONDS = 30.0
 
@@ -32,10 +33,18 @@ class CliProcess:
     name: str
     process: subprocess.Popen
     log_path: Path | None = None
+    status_path: Path | None = None  # a worker's status file (`reliableq worker --status-file`)
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def status(self) -> dict | None:
+        """A worker's status file: {"state": "running"}, then {"state": "stopped", "stats": ...}; None
+        before it wrote one."""
+        if self.status_path is None or not self.status_path.exists():
+            return None
+        return json.loads(self.status_path.read_text())
 
     def send_signal(self, sig: int) -> None:
         self.process.send_signal(sig)
@@ -62,7 +71,8 @@ def cli_env(databases: Databases) -> dict[str, str]:
     return os.environ | {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
 
 
-def spawn_cli(databases: Databases, name: str, *args: str, log_path: Path | None = None) -> CliProcess:
+def spawn_cli(databases: Databases, name: str, *args: str, log_path: Path | None = None,
+              status_path: Path | None = None) -> CliProcess:
     """Start `python -m reliableq <args>` over `databases`."""
     command = [sys.executable, "-m", "reliableq", *args]
     if log_path is None:
@@ -74,15 +84,28 @@ def spawn_cli(databases: Databases, name: str, *args: str, log_path: Path | None
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, env=cli_env(databases), stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL)
-    return CliProcess(name, process, log_path)
+    return CliProcess(name, process, log_path, status_path)
 
 
 def spawn_worker(databases: Databases, charge_url: str, worker_id: str, lease_seconds: float, *extra: str,
                  poll_seconds: float = 0.05, log_path: Path | None = None) -> CliProcess:
-    """A real `reliableq worker` process over `databases` and the charge service at `charge_url`."""
+    """A real `reliableq worker` process over `databases` and the charge service at `charge_url`; its
+    status file beside its log (or in a fresh temporary folder)."""
+    folder = log_path.parent if log_path else Path(tempfile.mkdtemp(prefix="reliableq-worker-"))
+    status_path = folder / f"{worker_id}.status.json"
     return spawn_cli(databases, worker_id, "worker", "--charge-url", charge_url, "--worker-id", worker_id,
-                     "--lease", str(lease_seconds), "--poll", str(poll_seconds), "--grace", "2", *extra,
-                     log_path=log_path)
+                     "--lease", str(lease_seconds), "--poll", str(poll_seconds), "--grace", "2",
+                     "--status-file", str(status_path), *extra, log_path=log_path, status_path=status_path)
+
+
+async def wait_running(worker: CliProcess, timeout: float) -> None:
+    """Wait until a worker process says, in its status file, that it is running."""
+    def running() -> bool:
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"{worker.name} exited with {worker.process.returncode} before it ran")
+        status = worker.status()
+        return status is not None and status["state"] == "running"
+    await wait_until(running, timeout, f"{worker.name} to run")
 
 
 def free_port() -> int:
@@ -100,41 +123,30 @@ async def spawn_server(databases: Databases, command: str, *extra: str, log_path
     server = spawn_cli(databases, command, command, "--host", "127.0.0.1", "--port", str(port), *extra,
                        log_path=log_path)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2) as http:
-        while True:
+        async def healthy() -> bool:
             if server.process.poll() is not None:
                 raise RuntimeError(f"{command} exited with {server.process.returncode}: {server.output()[-500:]}")
             try:
-                if (await http.get(f"{url}/healthz")).status_code == 200:
-                    return server, url
+                return (await http.get(f"{url}/healthz")).status_code == 200
             except httpx.TransportError:
-                pass  # not listening yet
-            if time.monotonic() > deadline:
-                server.kill()
-                raise TimeoutError(f"{command} did not answer /healthz within {timeout}s")
-            await asyncio.sleep(0.05)
-
-
-async def wait_output(process: CliProcess, text: str, timeout: float) -> None:
-    """Wait until the process printed `text` (e.g. a worker's "running" line)."""
-    deadline = time.monotonic() + timeout
-    while text not in process.output():
-        if process.process.poll() is not None:
-            raise RuntimeError(f"{process.name} exited with {process.process.returncode} before printing {text!r}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{process.name} did not print {text!r} within {timeout}s")
-        await asyncio.sleep(0.02)
+                return False  # not listening yet
+        try:
+            await wait_until(healthy, timeout, f"{command} to answer /healthz", interval=0.05)
+        except TimeoutError:
+            server.kill()
+            raise
+    return server, url
 
 
 async def wait_exit(process: CliProcess, timeout: float) -> int:
     """The exit code (negative: the signal that ended it); SIGKILLs it and raises after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while process.process.poll() is None:
-        if time.monotonic() > deadline:
-            process.process.kill()
-            raise TimeoutError(f"{process.name} (pid {process.pid}) did not exit within {timeout}s")
-        await asyncio.sleep(0.02)
+    try:
+        await wait_until(lambda: process.process.poll() is not None, timeout,
+                         f"{process.name} (pid {process.pid}) to exit")
+    except TimeoutError:
+        process.process.kill()
+        raise
     return process.process.returncode
 
 

@@ -15,6 +15,7 @@ from reliableq.config import Mechanisms
 from reliableq.lab import invariants, processes
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.invariants import Check
+from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 from tests.conftest import wait_until_lease_ran_out
@@ -44,13 +45,11 @@ async def test_slots_of_expired_leases_come_back(make_queue, submission):
 async def _claim_runs_into(claim: asyncio.Task, databases) -> None:
     """Wait until `claim` has finished or waits for the fleet lock (someone else holds it)."""
     async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
-        for _ in range(500):
+        async def finished_or_waiting() -> bool:
             waiting = await (await conn.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).fetchone()
-            if claim.done() or waiting[0]:
-                return
-            await asyncio.sleep(0.01)
-    raise TimeoutError("the fleet claim neither finished nor waited for the fleet lock within 5 s")
+            return claim.done() or waiting[0] > 0
+        await wait_until(finished_or_waiting, 5, "the fleet claim to finish or wait for the fleet lock", 0.01)
 
 
 async def _live_leases(queue: Queue) -> int:
@@ -76,8 +75,7 @@ async def test_a_renewal_in_flight_never_lets_a_fleet_claim_exceed_the_limit(mak
     if renewal_checks == "after the lease ran out":
         await wait_until_lease_ran_out(worker_a, job_a)
     renewal = asyncio.create_task(worker_a.renew(job_a, 30.0, fleet_limited=True))
-    while faults.pauses_in_progress == 0:
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: faults.pauses_in_progress > 0, 5, "worker A's renewal to be held", 0.01)
     await wait_until_lease_ran_out(worker_b, job_a)
     claim_b = asyncio.create_task(worker_b.claim(1, "worker-B", 30.0, fleet_limit=1))
     await _claim_runs_into(claim_b, databases)

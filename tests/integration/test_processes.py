@@ -5,6 +5,7 @@ queue and the charge service use the test's own databases."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -44,9 +45,17 @@ class WorkerProcess:
     def __init__(self, databases: db.Databases, tmp_path: Path, *args: str) -> None:
         env = os.environ | {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
         self.stdout_path, self.stderr_path = tmp_path / "worker.out", tmp_path / "worker.err"
+        self.status_path = tmp_path / "worker.status.json"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", "reliableq", "worker", *args],
+            self.process = subprocess.Popen([sys.executable, "-m", "reliableq", "worker",
+                                             "--status-file", str(self.status_path), *args],
                                             env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+
+    def stats(self) -> dict:
+        """What the worker wrote to its status file as it stopped."""
+        status = json.loads(self.status_path.read_text())
+        assert status["state"] == "stopped", status
+        return status["stats"]
 
     def output(self) -> str:
         return f"stdout:\n{self.stdout_path.read_text()}\nstderr:\n{self.stderr_path.read_text()}"
@@ -111,7 +120,7 @@ async def test_sigterm_lets_the_in_flight_charge_finish(databases, make_queue, t
     assert after.status == "SUCCEEDED"
     counts = await the_counts(databases)
     assert (counts.attempts, counts.charges, counts.finalizations) == (1, 1, 1), counts.short()
-    assert '"abandoned": 0' in worker.stdout_path.read_text()
+    assert worker.stats()["abandoned"] == 0
     assert "Traceback" not in worker.stderr_path.read_text()
 
 
@@ -122,7 +131,7 @@ async def test_sigterm_past_grace_leaves_the_job_to_its_lease(databases, make_qu
     assert after.status == "RUNNING"
     assert after.lease_expires_at is not None and after.lease_expires_at > now
     assert (await the_counts(databases)).finalizations == 0
-    assert '"abandoned": 1' in worker.stdout_path.read_text()
+    assert worker.stats()["abandoned"] == 1
 
 
 async def test_crash_at_kills_the_worker_after_the_charge(databases, make_queue, submission, tmp_path):
