@@ -4,11 +4,9 @@ validation, batch submission, inspection, listing, replay, health and the bearer
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,6 +17,7 @@ from reliableq.api import create_api_app
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import local_system
+from reliableq.lab.waiting import wait_until
 from tests.conftest import serve
 
 # Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's
@@ -55,21 +54,6 @@ async def stored_rows(queue_url: str) -> tuple[int, int]:
     """(jobs, job_events) row counts."""
     row = await fetch_one(queue_url, "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_events)")
     return row[0], row[1]
-
-
-async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str,
-                     timeout: float = DEADLINE_SECONDS) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await _holds(condition):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def _holds(condition: Callable[[], bool | Awaitable[bool]]) -> bool:
-    result = condition()
-    return bool(await result) if inspect.isawaitable(result) else bool(result)
 
 
 async def submit(client: httpx.AsyncClient, amount_cents: int = 1250, **fields: Any) -> dict[str, Any]:
@@ -156,12 +140,14 @@ async def test_ack_before_commit_acknowledges_a_job_nobody_can_see(databases):
             job_id = response.json()["id"]
             assert not await row_visible(databases.queue_url, job_id)
             assert (await system.http.get(f"{system.api_url}/v1/jobs/{job_id}")).status_code == 404
-            await eventually(lambda: bool(server_loops), "the API to pause at after_ack_before_commit")
+            await wait_until(lambda: bool(server_loops), DEADLINE_SECONDS,
+                             "the API to pause at after_ack_before_commit")
             assert not await row_visible(databases.queue_url, job_id)
         finally:
             if server_loops:
                 server_loops[0].call_soon_threadsafe(release.set)
-        await eventually(lambda: row_visible(databases.queue_url, job_id), f"job {job_id} to be stored")
+        await wait_until(lambda: row_visible(databases.queue_url, job_id), DEADLINE_SECONDS,
+                         f"job {job_id} to be stored")
         assert (await system.http.get(f"{system.api_url}/v1/jobs/{job_id}")).status_code == 200
 
 
@@ -172,12 +158,13 @@ async def test_crash_between_ack_and_commit_loses_an_acknowledged_job(databases)
     async with local_system(Mechanisms().without("commit_before_ack"), api_faults=plan,
                             databases=databases) as system:
         lost = await system.submit_http(1250)  # 202 received
-        await eventually(lambda: bool(plan.triggered), "the simulated crash")
+        await wait_until(lambda: bool(plan.triggered), DEADLINE_SECONDS, "the simulated crash")
         [crash] = plan.triggered
         assert (crash.point, crash.action, crash.job_id) == ("after_ack_before_commit", "crash", lost)
         # A follow-up job goes through the same path after the crash and is stored...
         kept = await system.submit_http(990)
-        await eventually(lambda: row_visible(databases.queue_url, kept), "the follow-up job to be stored")
+        await wait_until(lambda: row_visible(databases.queue_url, kept), DEADLINE_SECONDS,
+                         "the follow-up job to be stored")
         # ...while the acknowledged one never is.
         assert not await row_visible(databases.queue_url, lost)
         assert (await system.http.get(f"{system.api_url}/v1/jobs/{lost}")).status_code == 404
@@ -358,14 +345,15 @@ async def test_crash_between_ack_and_commit_loses_a_whole_acknowledged_batch(dat
             return [job["id"] for job in response.json()["jobs"]]
 
         lost = await post_batch(100, 200, 300)  # 202 received for all three
-        await eventually(lambda: bool(plan.triggered), "the simulated crash")
+        await wait_until(lambda: bool(plan.triggered), DEADLINE_SECONDS, "the simulated crash")
         [crash] = plan.triggered
         assert (crash.point, crash.action) == ("after_ack_before_commit", "crash")
         assert [str(job_id) for job_id in crash.job_id] == lost
         # A follow-up batch goes through the same path after the crash and is stored...
         kept = await post_batch(400, 500)
         # One statement stores a batch: once any of it is visible, all of it is.
-        await eventually(lambda: count_visible(databases.queue_url, kept), "the follow-up batch to be stored")
+        await wait_until(lambda: count_visible(databases.queue_url, kept), DEADLINE_SECONDS,
+                         "the follow-up batch to be stored")
         assert await count_visible(databases.queue_url, kept) == 2
         # ...while the acknowledged one never is.
         assert await count_visible(databases.queue_url, lost) == 0

@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 
 from reliableq.charge.client import ChargeClient, idempotency_key
 from reliableq.charge.service import ChargeFaults, create_charge_app
+from reliableq.lab.waiting import wait_until
 from reliableq.servers import LoopbackServer
 from tests.conftest import serve
 
@@ -58,14 +58,6 @@ async def query(charge_url: str, sql: str, params: tuple = ()) -> list[tuple]:
 async def count(charge_url: str, table: str) -> int:
     assert table in ("charges", "charge_requests")
     return (await query(charge_url, f"SELECT count(*) FROM {table}"))[0][0]
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = DEADLINE_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def charge_body(job_id: uuid.UUID | str, **overrides: Any) -> dict[str, Any]:
@@ -233,7 +225,7 @@ async def test_lost_response_is_ambiguous_while_the_charge_is_committed(database
 
             async def committed() -> bool:
                 return await count(databases.charge_url, "charges") == 1
-            await eventually(committed, "the charge row to be committed")
+            await wait_until(committed, DEADLINE_SECONDS, "the charge row to be committed")
 
             retried = await client.charge(job_id, CHARGE)
     assert (retried.kind, retried.status_code) == ("ok", 200)
@@ -251,7 +243,7 @@ async def test_lost_response_rate_one_is_ambiguous_with_the_row_committed(databa
 
         async def committed() -> bool:
             return await query(databases.charge_url, "SELECT job_id FROM charges") == [(job_id,)]
-        await eventually(committed, "the charge row to be committed")
+        await wait_until(committed, DEADLINE_SECONDS, "the charge row to be committed")
 
 
 async def test_injected_timeout_is_ambiguous_and_charges_nothing(databases):
