@@ -16,8 +16,6 @@ from typing import Any
 
 from reliableq.queue import Job
 
-OUTCOME_KINDS = ("ok", "transient", "permanent", "ambiguous")
-
 
 @dataclass(frozen=True)
 class Outcome:
