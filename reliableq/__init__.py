@@ -9,11 +9,12 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     backoff   capped exponential backoff with full jitter, seedable
     api       the HTTP API: submit (202 after commit), inspect, replay
     worker    the asyncio worker: permits, leases, classification, graceful shutdown
+    handlers  job kinds as registered handlers: each kind's handler and payload check; `noop`
     group_commit  callers that arrive during a commit share the next one (the worker's successes)
     lease_keeper  renews a claim's lease from its effect until its finalize is recorded
     hooks     the named fault points the core passes, and the no-op hook production runs with
     servers   ASGI apps on loopback in a background thread
-charge/     the charge service (service) and the worker's client for it (client)
+charge/     the charge service (service), the worker's client for it (client), the `charge` kind (handler)
 lab/        the harness: experiment (what the stages share), harness, processes, faults (the FaultPlan),
             ledger, timeline, invariants, chaos, demo, notebook
 bench/      `reliableq bench`: run, runner, scenarios, ingest, stack, gate, results, profiles, progress,

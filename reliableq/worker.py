@@ -1,10 +1,11 @@
-"""The worker: claims due jobs, performs their charge, and finalizes each exactly as its lease allows.
+"""The worker: claims due jobs, runs their kind's handler, and finalizes each exactly as its lease allows.
 
 One asyncio loop per worker. With the semaphore on, it claims only as many jobs as it has free permits;
 each handler renews its lease every third of the lease from the start of its effect until its finalize
-is recorded (reliableq/lease_keeper.py), calls the charge service with the job's stable key, classifies
-the outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD), learning after a
-lost answer what its first try committed.
+is recorded (reliableq/lease_keeper.py), runs the handler registered for the job's kind
+(reliableq/handlers.py; a charge calls the charge service with the job's stable key), takes its
+classified outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD), learning
+after a lost answer what its first try committed.
 On stop (SIGTERM/SIGINT in the CLI) it claims nothing more, lets in-flight handlers finish within the
 grace period while still renewing, and abandons the rest to lease expiry: unfinished work is never
 marked succeeded. What it cannot guarantee: that a handler runs once. A crash after the charge and
@@ -25,9 +26,9 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from reliableq.backoff import Backoff
-from reliableq.charge.client import ChargeClient, ChargeOutcome
 from reliableq.config import WorkerSettings
 from reliableq.group_commit import GroupCommitter
+from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
 from reliableq.queue import Job, Queue
@@ -61,11 +62,11 @@ class WorkerStats:
 
 
 class Worker:
-    def __init__(self, queue: Queue, charges: ChargeClient, settings: WorkerSettings = WorkerSettings(),
+    def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
                  faults: FaultHook | None = None) -> None:
         self.queue = queue
         self.mechanisms = queue.mechanisms
-        self.charges = charges
+        self.handlers = handlers
         self.settings = settings
         self.faults = faults or FaultHook()
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_worker_numbers)}"
@@ -184,31 +185,23 @@ class Worker:
     def _lease_lost(self) -> None:
         self.stats.lost_renewals += 1
 
-    async def _run_effect(self, job: Job) -> ChargeOutcome:
+    async def _run_effect(self, job: Job) -> Outcome:
         started = time.perf_counter()
         try:
             await self.faults.reach("during_effect", job, self.worker_id)
-            return await self._perform(job)
-        except Exception as error:  # an answer nobody foresaw: the charge may exist, so retry with the key
-            return ChargeOutcome("ambiguous", f"charge call failed: {type(error).__name__}")
+            return await self.handlers.handle(job)
+        except Exception as error:  # an answer nobody foresaw: the effect may exist, so retry with the key
+            return Outcome("ambiguous", f"handler failed: {type(error).__name__}")
         finally:
+            # Named charge_* because the bench report and the notebooks read them; they time any handler.
             self.stats.charge_calls += 1
             self.stats.charge_seconds_total += time.perf_counter() - started
-
-    async def _perform(self, job: Job) -> ChargeOutcome:
-        """The job's effect, by its kind: a charge through the charge service, or nothing at all
-        (`noop`, how `reliableq bench` measures the queue's own cost, as it measures the peers)."""
-        if job.kind == "charge":
-            return await self.charges.charge(job.id, job.payload)
-        if job.kind == "noop":
-            return ChargeOutcome("ok", "no-op")
-        return ChargeOutcome("permanent", f"no handler for job kind {job.kind!r}")
 
     async def _succeed_group(self, jobs: list[Job]) -> list[bool]:
         self.stats.success_commits += 1
         return await self.queue.succeed_many(jobs)
 
-    async def _finalize(self, job: Job, outcome: ChargeOutcome) -> None:
+    async def _finalize(self, job: Job, outcome: Outcome) -> None:
         started = time.perf_counter()
         try:
             operation, won = await self._finalize_with_retries(job, outcome)
@@ -223,7 +216,7 @@ class Worker:
             log.warning("worker %s: finalize (%s) of job %s refused: its lease was lost",
                         self.worker_id, operation, job.id)
 
-    async def _finalize_with_retries(self, job: Job, outcome: ChargeOutcome) -> tuple[str, bool]:
+    async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
         """(operation, won). A database hiccup must not strand the job until its lease expires (or turn a
         committed charge into a DEAD job on the last attempt), so a failed finalize is tried again. The
         failure may have hidden a COMMIT that succeeded (its answer lost): before trying again, read what
@@ -244,7 +237,7 @@ class Worker:
                 log.warning("worker %s could not finalize job %s: %s", self.worker_id, job.id, error)
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
-    async def _finalize_as_classified(self, job: Job, outcome: ChargeOutcome) -> tuple[str, bool]:
+    async def _finalize_as_classified(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
         if outcome.kind == "ok":
             return "succeed", await self.successes.submit(job)
         if self.mechanisms.dead and outcome.kind == "permanent":

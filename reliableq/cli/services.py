@@ -74,6 +74,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultPlan) -> int:
     from reliableq.charge.client import ChargeClient
+    from reliableq.charge.handler import standard_handlers
     from reliableq.queue import Queue
     from reliableq.worker import Worker
     databases = db.resolve()
@@ -81,7 +82,7 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     mechanisms = mechanisms_from(args)
     pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2)
     charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
-    worker = Worker(Queue(pool, mechanisms, faults), charges, settings, faults)
+    worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)

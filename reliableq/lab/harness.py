@@ -21,8 +21,10 @@ from psycopg_pool import AsyncConnectionPool
 from reliableq import db
 from reliableq.api import create_api_app
 from reliableq.charge.client import ChargeClient
+from reliableq.charge.handler import standard_handlers
 from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.config import Mechanisms, WorkerSettings
+from reliableq.handlers import HandlerRegistry
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.ledger import JobCounts, job_counts
 from reliableq.lab.waiting import wait_until
@@ -45,6 +47,7 @@ class LocalSystem:
     worker_pool: AsyncConnectionPool  # shared by the workers started here
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _workers: list[Worker] = field(default_factory=list)
+    _charge_clients: list[ChargeClient] = field(default_factory=list)  # closed when the workers stop
 
     async def submit_http(self, amount_cents: int = 1250, **fields: Any) -> uuid.UUID:
         """Submit one job through the API; returns its id once the API answered 202."""
@@ -58,12 +61,16 @@ class LocalSystem:
         return await self.queue.submit(submission, job_id)
 
     def worker(self, settings: WorkerSettings = WorkerSettings(), faults: FaultPlan | None = None,
-               mechanisms: Mechanisms | None = None) -> Worker:
-        """A worker over this system. Start it with `start_worker`, or `await worker.run()`."""
+               mechanisms: Mechanisms | None = None, handlers: HandlerRegistry | None = None) -> Worker:
+        """A worker over this system, running the standard job kinds unless given `handlers`. Start it
+        with `start_worker`, or `await worker.run()`."""
         m = mechanisms or self.mechanisms
         queue = Queue(self.worker_pool, m, faults)
-        charges = ChargeClient(self.charge_url, settings.charge_timeout_seconds, send_idempotency_key=m.idempotency)
-        worker = Worker(queue, charges, settings, faults)
+        if handlers is None:
+            charges = ChargeClient(self.charge_url, settings.charge_timeout_seconds, send_idempotency_key=m.idempotency)
+            self._charge_clients.append(charges)
+            handlers = standard_handlers(charges)
+        worker = Worker(queue, handlers, settings, faults)
         self._workers.append(worker)
         return worker
 
@@ -100,10 +107,11 @@ class LocalSystem:
         for worker in self._workers:
             worker.request_stop()
         results = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for worker in self._workers:
-            await worker.charges.aclose()
+        for charges in self._charge_clients:
+            await charges.aclose()
         self._tasks.clear()
         self._workers.clear()
+        self._charge_clients.clear()
         return [r for r in results if isinstance(r, WorkerStats)]
 
 

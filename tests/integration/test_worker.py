@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from reliableq import sql
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
+from reliableq.handlers import HandlerRegistry, JobContext, Outcome
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.ledger import JobCounts
@@ -216,6 +217,27 @@ async def test_jobs_are_handled_by_kind(databases):
     assert abhcf(outcomes["SUCCEEDED"]) == (1, 0, 0, 1)
     assert abhcf(outcomes["DEAD"]) == (1, 0, 0, 0)  # F counts successful finalizes
     assert "no handler for job kind 'mystery'" in mystery.last_error
+
+
+
+async def test_a_registered_handler_runs_its_kind(databases):
+    """A kind registered by the caller runs with the job's payload, attempt and idempotency key."""
+    seen: list[JobContext] = []
+
+    async def record(job: JobContext) -> Outcome:
+        seen.append(job)
+        return Outcome("ok", "recorded")
+
+    handlers = HandlerRegistry()
+    handlers.register("record", record)
+    async with local_system(databases=databases) as system:
+        async with system.queue.pool.connection() as conn:
+            await conn.execute(sql.queries("bench")["job_insert_many"], {
+                "kind": "record", "payload": Jsonb({"n": 7}), "max_attempts": 5, "jobs": 1})
+        system.start_worker(system.worker(fast_settings(), handlers=handlers))
+        await system.wait_all_terminal(timeout=10)
+        (job,) = await system.queue.list("SUCCEEDED")
+    assert seen == [JobContext(job.id, {"n": 7}, 1, job.idempotency_key)]
 
 
 # -- leases ---------------------------------------------------------------------------------------

@@ -1,0 +1,25 @@
+"""The `charge` job kind: a handler that charges a job's payload through the charge service.
+
+The client classifies every answer; this only adapts its outcome to the queue's. The service's own
+status code and charge id stay with the client: the worker needs the class and a detail, nothing more.
+"""
+
+from __future__ import annotations
+
+from reliableq.charge.client import ChargeClient
+from reliableq.handlers import Handler, HandlerRegistry, JobContext, Outcome, noop
+
+
+def charge_handler(client: ChargeClient) -> Handler:
+    async def charge(job: JobContext) -> Outcome:
+        answer = await client.charge(job.id, job.payload)
+        return Outcome(answer.kind, answer.detail)
+    return charge
+
+
+def standard_handlers(client: ChargeClient) -> HandlerRegistry:
+    """The job kinds a stock worker runs: `charge` through `client`, and `noop`."""
+    registry = HandlerRegistry()
+    registry.register("charge", charge_handler(client))
+    registry.register("noop", noop)
+    return registry

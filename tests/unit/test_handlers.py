@@ -1,0 +1,70 @@
+"""Job kinds as registered handlers (reliableq/handlers.py): registering, checking payloads, running."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from reliableq.handlers import HandlerRegistry, JobContext, Outcome, UnknownKind, noop
+from reliableq.queue import Job
+
+
+def job_of_kind(kind: str, payload: dict | None = None, attempts: int = 1) -> Job:
+    now = datetime.now(UTC)
+    job_id = uuid.uuid4()
+    return Job(id=job_id, payload=payload or {}, status="RUNNING", attempts=attempts, max_attempts=5, run_at=now,
+               lease_token=uuid.uuid4(), lease_expires_at=now, worker_id="w", last_error=None,
+               idempotency_key=f"key:{job_id}", created_at=now, updated_at=now, finalized_at=None, kind=kind)
+
+
+def positive_n(payload: dict) -> dict:
+    if not isinstance(payload.get("n"), int) or payload["n"] < 1:
+        raise ValueError("n must be a positive integer")
+    return payload
+
+
+def test_register_runs_the_handler_with_the_jobs_context():
+    """A registered handler receives the job's id, payload, attempt and idempotency key."""
+    seen: list[JobContext] = []
+
+    async def record(job: JobContext) -> Outcome:
+        seen.append(job)
+        return Outcome("transient", "later")
+
+    registry = HandlerRegistry()
+    registry.register("record", record)
+    job = job_of_kind("record", {"n": 1}, attempts=3)
+    assert asyncio.run(registry.handle(job)) == Outcome("transient", "later")
+    assert seen == [JobContext(job.id, {"n": 1}, 3, job.idempotency_key)]
+
+
+def test_a_kind_is_registered_once():
+    """Registering a second handler for one kind is refused, not a silent replacement."""
+    registry = HandlerRegistry()
+    registry.register("noop", noop)
+    with pytest.raises(ValueError, match="'noop' is already registered"):
+        registry.register("noop", noop)
+
+
+def test_each_kind_validates_its_own_payload():
+    """A kind's check runs for that kind only; a kind registered without one accepts any payload."""
+    registry = HandlerRegistry()
+    registry.register("counted", noop, validate=positive_n)
+    registry.register("noop", noop)
+    assert registry.validate("counted", {"n": 2}) == {"n": 2}
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        registry.validate("counted", {"n": 0})
+    assert registry.validate("noop", {"anything": True}) == {"anything": True}
+
+
+def test_an_unknown_kind_is_refused_and_fails_permanently():
+    """Refused at validation naming the known kinds; if one reaches a worker, a permanent failure."""
+    registry = HandlerRegistry()
+    registry.register("noop", noop)
+    with pytest.raises(UnknownKind, match="unknown job kind 'mystery'; known: noop"):
+        registry.validate("mystery", {})
+    outcome = asyncio.run(registry.handle(job_of_kind("mystery")))
+    assert outcome == Outcome("permanent", "no handler for job kind 'mystery'")
