@@ -2,7 +2,8 @@
 
 A handler is an async function from a `JobContext` (id, payload, attempt, idempotency key) to a
 classified `Outcome`; the worker decides retries, backoff and DEAD from the outcome, never the handler.
-A kind may register a payload check the API runs at submission. What this does not guarantee: that a
+A kind may register a payload check for submissions; the API does not run it yet (it still accepts
+charge payloads only: the submission side of issue 11). What this does not guarantee: that a
 handler runs once. A crash between its effect and the finalize runs it again with the same idempotency
 key, so a handler with a side effect must hand that key to whatever performs it.
 """
