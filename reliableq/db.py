@@ -198,18 +198,23 @@ def scratch_databases(prefix: str = "rq_scratch", templates: Databases | None = 
             drop_database(admin_url, n)
 
 
-def open_pool(url: str, max_size: int = 10, min_size: int = 1) -> AsyncConnectionPool:
+def open_pool(url: str, max_size: int = 10, min_size: int = 1,
+              idle_in_transaction_seconds: float | None = None) -> AsyncConnectionPool:
     """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
-    at once, so no transaction is ever left open by accident. Open it with `await pool.open()`."""
-    return AsyncConnectionPool(
-        url, min_size=min_size, max_size=max_size, open=False,
-        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
-    )
+    at once, so no transaction is ever left open by accident. Open it with `await pool.open()`.
+    `idle_in_transaction_seconds`: the server ends a session whose transaction sits idle this long. A
+    worker stopped (SIGSTOP, a frozen VM) inside a renewal or a finalize would otherwise hold its job's
+    row locked, and no other worker could reclaim the job however long ago its lease ran out."""
+    kwargs: dict = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    if idle_in_transaction_seconds is not None:
+        kwargs["options"] = f"-c idle_in_transaction_session_timeout={max(int(idle_in_transaction_seconds * 1000), 1)}"
+    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs)
 
 
-async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1) -> AsyncConnectionPool:
+async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
+                            idle_in_transaction_seconds: float | None = None) -> AsyncConnectionPool:
     """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
-    pool = open_pool(url, max_size=max_size, min_size=min_size)
+    pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
     except Exception as error:  # PoolTimeout hides the real reason; connect once to report it

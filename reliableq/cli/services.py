@@ -80,7 +80,9 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     databases = db.resolve()
     await asyncio.to_thread(db.migrate, databases)
     mechanisms = mechanisms_from(args)
-    pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2)
+    # A transaction left idle for a whole lease is a stalled worker's: the server ends it, freeing the row.
+    pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2,
+                                      idle_in_transaction_seconds=settings.lease_seconds)
     charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
     worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults)
     loop = asyncio.get_running_loop()

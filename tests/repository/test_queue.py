@@ -272,3 +272,19 @@ async def test_grouped_successes_are_fenced_one_by_one(make_queue, submission):
     with pytest.raises(SimulatedCrash):
         await crashing.succeed_many([current, other])
     assert {(await queue.get(j.id)).status for j in (current, other)} == {"RUNNING"}
+
+
+async def test_a_pool_can_end_transactions_left_idle(databases):
+    """A worker's pool ends a transaction left idle past its limit (a stopped worker's), so the row it
+    locked is free again for the next claimer."""
+    from reliableq import db
+
+    pool = await db.open_pool_checked(databases.queue_url, max_size=1, idle_in_transaction_seconds=0.2)
+    try:
+        with pytest.raises(psycopg.Error, match="idle-in-transaction timeout|connection"):
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT 1")
+                await asyncio.sleep(0.6)  # the stall itself, not synchronisation: the server must see it idle
+                await conn.execute("SELECT 1")
+    finally:
+        await pool.close()
