@@ -4,7 +4,9 @@ With commit_before_ack on (the real system), `POST /v1/jobs` answers 202 only af
 committed: an acknowledged job survives any crash that follows. With it off, the 202 goes out first
 and the insert runs after the response, so a crash in between loses an acknowledged job.
 `POST /v1/jobs/batch` does the same for up to MAX_BATCH_JOBS jobs stored by one statement: all of them
-or none. Bad input gets a 4xx with a one-line message and stores nothing. This module does not run jobs.
+or none. A submission names its `kind` (default `charge`); the API accepts the kinds it was given, each
+payload checked by its kind's validator. Bad input, an unknown kind included, gets a 4xx with a one-line
+message and stores nothing. This module does not run jobs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import logging
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -24,10 +26,11 @@ from starlette.background import BackgroundTask
 
 from reliableq import db
 from reliableq.charge.client import idempotency_key
+from reliableq.charge.handler import STANDARD_VALIDATORS
 from reliableq.config import DEFAULT_REPLAY_BUDGET, MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
-from reliableq.payload import InvalidSubmission, Submission, parse_batch, parse_submission
+from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission
 from reliableq.queue import STATUSES, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
@@ -83,9 +86,12 @@ def _parse_job_id(raw: str) -> uuid.UUID | None:
 
 
 def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultHook | None = None,
-                   api_token: str | None = None, pool_size: int = 10) -> FastAPI:
-    """The API as an ASGI app over the queue's database. `api_token`: require this bearer token."""
+                   api_token: str | None = None, pool_size: int = 10,
+                   kinds: Mapping[str, Validator] = STANDARD_VALIDATORS) -> FastAPI:
+    """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
+    `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`)."""
     faults = faults or FaultHook()
+    kinds = dict(kinds)  # as given now: registering more later must not change a running API
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -140,7 +146,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.post("/v1/jobs", status_code=202)
     async def submit_job(request: Request) -> JSONResponse:
-        submission = await _read_body(request, MAX_PAYLOAD_BYTES, parse_submission)
+        submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
         job_id = uuid.uuid4()
         return await acknowledge(_accepted(job_id), partial(request.app.state.submissions.submit,
                                                             (submission, job_id)), job_id)
@@ -148,7 +154,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     @app.post("/v1/jobs/batch", status_code=202)
     async def submit_batch(request: Request) -> JSONResponse:
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
-        submissions = await _read_body(request, MAX_BATCH_BYTES, parse_batch)
+        submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))
         # A tuple, so the fault point's job filters see one hashable value for the whole batch.
         job_ids = tuple(uuid.uuid4() for _ in submissions)
         return await acknowledge({"jobs": [_accepted(job_id) for job_id in job_ids]},

@@ -2,10 +2,10 @@
 
 A handler is an async function from a `JobContext` (id, payload, attempt, idempotency key) to a
 classified `Outcome`; the worker decides retries, backoff and DEAD from the outcome, never the handler.
-A kind may register a payload check for submissions; the API does not run it yet (it still accepts
-charge payloads only: the submission side of issue 11). What this does not guarantee: that a
-handler runs once. A crash between its effect and the finalize runs it again with the same idempotency
-key, so a handler with a side effect must hand that key to whatever performs it.
+A kind also registers its payload check, which the API runs at submission (reliableq/payload.py): a job
+of a kind the API does not know is refused there. What this does not guarantee: that a handler runs
+once. A crash between its effect and the finalize runs it again with the same idempotency key, so a
+handler with a side effect must hand that key to whatever performs it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reliableq.payload import Validator, accept_any_payload
 from reliableq.queue import Job
 
 
@@ -34,16 +35,6 @@ class JobContext:
 
 
 Handler = Callable[[JobContext], Awaitable[Outcome]]
-# A payload check: returns the payload to store (defaults filled in), or raises ValueError for the client.
-Validator = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-class UnknownKind(ValueError):
-    """A job kind no handler is registered for."""
-
-
-def accept_any_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    return payload
 
 
 class HandlerRegistry:
@@ -64,11 +55,10 @@ class HandlerRegistry:
     def kinds(self) -> list[str]:
         return sorted(self._handlers)
 
-    def validate(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """The payload to store for a job of `kind`; UnknownKind or the kind's ValueError if refused."""
-        if kind not in self._validators:
-            raise UnknownKind(f"unknown job kind {kind!r}; known: {', '.join(self.kinds)}")
-        return self._validators[kind](payload)
+    @property
+    def validators(self) -> dict[str, Validator]:
+        """Each kind's payload check, for the API that accepts these kinds (create_api_app's `kinds`)."""
+        return dict(self._validators)
 
     async def handle(self, job: Job) -> Outcome:
         """Run the job's handler. A kind with no handler (a row inserted past the API) cannot succeed

@@ -1,24 +1,28 @@
-"""What a client may submit, checked before anything is stored.
+"""What a client may submit, checked before anything is stored: the envelope every job shares, and the
+check its kind registered for the rest.
 
-A submission is a JSON object: `amount_cents` (a positive integer, required), `currency` (three
-capital letters, default USD), `description` (optional text) and `max_attempts` (optional attempt
-budget). Anything else is refused with a message saying which field is wrong and why. A batch is
-`{"jobs": [<submission>, ...]}`, accepted only if every submission in it is.
+A submission is a JSON object: `kind` (optional, default `charge`) and `max_attempts` (optional attempt
+budget) belong to the queue; every other field is the kind's payload, checked by the validator
+registered for that kind (for `charge`: reliableq/charge/payload.py). Anything refused raises
+InvalidSubmission, with a message naming the field and why. A batch is `{"jobs": [<submission>, ...]}`,
+accepted only if every submission in it is; its refusals name the job (`jobs[3]: ...`).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, MAX_BATCH_JOBS
 
-MAX_AMOUNT_CENTS = 10**12  # fits a bigint with room; larger is a typo, not a charge
-MAX_DESCRIPTION_CHARS = 200
+DEFAULT_KIND = "charge"
 MAX_ATTEMPTS_LIMIT = 100
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
-_FIELDS = {"amount_cents", "currency", "description", "max_attempts"}
+ENVELOPE_FIELDS = ("kind", "max_attempts")
+
+# A kind's payload check: returns the payload to store (defaults filled in), or raises ValueError with a
+# message for the client.
+Validator = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class InvalidSubmission(ValueError):
@@ -27,12 +31,14 @@ class InvalidSubmission(ValueError):
 
 @dataclass(frozen=True)
 class Submission:
-    payload: dict[str, Any]  # what the handler needs: amount_cents, currency, description
+    payload: dict[str, Any]  # what the kind's handler needs
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    kind: str = DEFAULT_KIND
 
 
-def _positive_int(value: Any, name: str, limit: int) -> int:
-    # bool is an int in Python, but `true` is not an amount.
+def positive_int(value: Any, name: str, limit: int) -> int:
+    """`value` if it is an integer in 1..limit; InvalidSubmission naming `name` otherwise."""
+    # bool is an int in Python, but `true` is not a count.
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSubmission(f"{name} must be an integer, got {type(value).__name__}")
     if not 0 < value <= limit:
@@ -40,43 +46,30 @@ def _positive_int(value: Any, name: str, limit: int) -> int:
     return value
 
 
-def _encodable(text: str) -> bool:
-    # Lone surrogates decode from JSON escapes but cannot be stored as UTF-8.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def parse_submission(data: Any) -> Submission:
-    """Check a decoded JSON body and return the submission, or raise InvalidSubmission."""
+def parse_submission(data: Any, validators: Mapping[str, Validator]) -> Submission:
+    """Check a decoded JSON body against the envelope and its kind's validator (from `validators`, by
+    kind), and return the submission; InvalidSubmission otherwise."""
     if not isinstance(data, dict):
         raise InvalidSubmission('a submission must be a JSON object such as {"amount_cents": 1250}')
-    unknown = sorted(set(data) - _FIELDS)
-    if unknown:
-        raise InvalidSubmission(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(_FIELDS))}")
-    if "amount_cents" not in data:
-        raise InvalidSubmission("amount_cents is required")
-    payload: dict[str, Any] = {"amount_cents": _positive_int(data["amount_cents"], "amount_cents", MAX_AMOUNT_CENTS)}
-    currency = data.get("currency", "USD")
-    if not isinstance(currency, str) or not _CURRENCY.match(currency):
-        raise InvalidSubmission("currency must be three capital letters, such as USD")
-    payload["currency"] = currency
-    if "description" in data:
-        description = data["description"]
-        if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
-            raise InvalidSubmission(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters")
-        if "\x00" in description or not _encodable(description):
-            raise InvalidSubmission("description must be valid UTF-8 text without NUL characters")
-        payload["description"] = description
+    fields = dict(data)
+    kind = fields.pop("kind", DEFAULT_KIND)
+    if not isinstance(kind, str):
+        raise InvalidSubmission(f'kind must be text such as "{DEFAULT_KIND}", got {type(kind).__name__}')
+    if kind not in validators:
+        raise InvalidSubmission(f"kind: unknown job kind {kind[:40]!r}; known: {', '.join(sorted(validators))}")
     max_attempts = DEFAULT_MAX_ATTEMPTS
-    if "max_attempts" in data:
-        max_attempts = _positive_int(data["max_attempts"], "max_attempts", MAX_ATTEMPTS_LIMIT)
-    return Submission(payload=payload, max_attempts=max_attempts)
+    if "max_attempts" in fields:
+        max_attempts = positive_int(fields.pop("max_attempts"), "max_attempts", MAX_ATTEMPTS_LIMIT)
+    try:
+        payload = validators[kind](fields)
+    except InvalidSubmission:
+        raise
+    except ValueError as error:  # a registered check speaks to the client through ValueError
+        raise InvalidSubmission(str(error)) from None
+    return Submission(payload=payload, max_attempts=max_attempts, kind=kind)
 
 
-def parse_batch(data: Any) -> list[Submission]:
+def parse_batch(data: Any, validators: Mapping[str, Validator]) -> list[Submission]:
     """Check a decoded batch body and return its submissions in order, or raise InvalidSubmission
     naming the first bad one's index: a batch is stored whole or not at all, so one bad job refuses it."""
     if not isinstance(data, dict) or set(data) != {"jobs"}:
@@ -89,7 +82,12 @@ def parse_batch(data: Any) -> list[Submission]:
     submissions = []
     for index, job in enumerate(jobs):
         try:
-            submissions.append(parse_submission(job))
+            submissions.append(parse_submission(job, validators))
         except InvalidSubmission as error:
             raise InvalidSubmission(f"jobs[{index}]: {error}") from None
     return submissions
+
+
+def accept_any_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The check of a kind that takes any JSON object (the request's size limit still bounds it)."""
+    return payload

@@ -97,6 +97,7 @@ class Queue:
         """Insert and commit one job; when this returns, every other connection can see it."""
         rows = await self._fetch("job_insert", {
             "job_id": job_id or uuid.uuid4(),
+            "kind": submission.kind,
             "payload": Jsonb(submission.payload),
             "max_attempts": submission.max_attempts,
         })
@@ -114,6 +115,7 @@ class Queue:
             return []
         rows = await self._fetch("job_insert_batch", {
             "job_ids": list(job_ids),
+            "kinds": [s.kind for s in submissions],
             "payloads": [Jsonb(s.payload) for s in submissions],
             "max_attempts": [s.max_attempts for s in submissions],
         })

@@ -6,8 +6,8 @@
 -- name: job_insert
 -- Store one submitted job and its `submitted` event; returns the job.
 WITH inserted AS (
-    INSERT INTO jobs (id, payload, max_attempts)
-    VALUES (%(job_id)s, %(payload)s, %(max_attempts)s)
+    INSERT INTO jobs (id, kind, payload, max_attempts)
+    VALUES (%(job_id)s, %(kind)s, %(payload)s, %(max_attempts)s)
     RETURNING *
 ), event AS (
     INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
@@ -16,13 +16,15 @@ SELECT * FROM inserted;
 
 -- name: job_insert_batch
 -- Store many submitted jobs and their `submitted` events in one statement (so one commit, and all or
--- nothing), from parallel arrays of ids, payloads and attempt budgets; returns the jobs in input order.
+-- nothing), from parallel arrays of ids, kinds, payloads and attempt budgets; returns the jobs in input
+-- order.
 WITH submitted AS (
-    SELECT * FROM unnest(%(job_ids)s::uuid[], %(payloads)s::jsonb[], %(max_attempts)s::integer[])
-                  WITH ORDINALITY AS s(id, payload, max_attempts, position)
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::jsonb[],
+                         %(max_attempts)s::integer[])
+                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, position)
 ), inserted AS (
-    INSERT INTO jobs (id, payload, max_attempts)
-    SELECT id, payload, max_attempts FROM submitted ORDER BY position
+    INSERT INTO jobs (id, kind, payload, max_attempts)
+    SELECT id, kind, payload, max_attempts FROM submitted ORDER BY position
     RETURNING *
 ), event AS (
     INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted

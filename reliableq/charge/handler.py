@@ -7,7 +7,12 @@ status code and charge id stay with the client: the worker needs the class and a
 from __future__ import annotations
 
 from reliableq.charge.client import ChargeClient
+from reliableq.charge.payload import check_charge
 from reliableq.handlers import Handler, HandlerRegistry, JobContext, Outcome, noop
+from reliableq.payload import Validator, accept_any_payload
+
+# The stock kinds' payload checks: all an API needs of them (it never runs a job).
+STANDARD_VALIDATORS: dict[str, Validator] = {"charge": check_charge, "noop": accept_any_payload}
 
 
 def charge_handler(client: ChargeClient) -> Handler:
@@ -20,6 +25,6 @@ def charge_handler(client: ChargeClient) -> Handler:
 def standard_handlers(client: ChargeClient) -> HandlerRegistry:
     """The job kinds a stock worker runs: `charge` through `client`, and `noop`."""
     registry = HandlerRegistry()
-    registry.register("charge", charge_handler(client))
-    registry.register("noop", noop)
+    registry.register("charge", charge_handler(client), STANDARD_VALIDATORS["charge"])
+    registry.register("noop", noop, STANDARD_VALIDATORS["noop"])
     return registry

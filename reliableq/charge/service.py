@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import random
-import re
 import time
 import uuid
 from collections import Counter
@@ -27,8 +26,8 @@ from psycopg.rows import dict_row
 from starlette.requests import ClientDisconnect
 
 from reliableq import db, sql
+from reliableq.charge.payload import check_charge
 
-_CURRENCY = re.compile(r"[A-Z]{3}")
 _Q = sql.queries("charge")
 
 
@@ -90,17 +89,19 @@ def _payload_sha256(payload: dict[str, Any]) -> str:
 
 
 def _parse_charge(body: Any) -> dict[str, Any]:
+    """The charge a request asks for: its job id and a payload checked as the API checked it."""
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
-    job_id = uuid.UUID(str(body.get("job_id")))
-    amount = body.get("amount_cents")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-        raise ValueError("amount_cents must be a positive integer")
-    currency = body.get("currency")
-    if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
-        raise ValueError("currency must be a three-letter code")
-    return {"job_id": str(job_id), "amount_cents": amount, "currency": currency,
-            "description": body.get("description")}
+    fields = dict(body)
+    try:
+        job_id = uuid.UUID(str(fields.pop("job_id", None)))
+    except ValueError:
+        raise ValueError("job_id must be a UUID") from None
+    if "currency" not in fields:  # a payment names its currency; only the API fills in a default
+        raise ValueError("currency is required")
+    charge = check_charge(fields)
+    return {"job_id": str(job_id), "amount_cents": charge["amount_cents"], "currency": charge["currency"],
+            "description": charge.get("description")}
 
 
 def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> FastAPI:
@@ -142,7 +143,7 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
         except (ValueError, TypeError, RecursionError) as error:
             async with app.state.pool.connection() as conn:
                 await log_request(conn, None, key, "invalid", 400)
-            return answer(400, {"error": f"invalid charge request: {type(error).__name__}: {error}"[:300]})
+            return answer(400, {"error": f"invalid charge request: {error}"[:300]})
         stats.in_flight += 1
         stats.in_flight_peak = max(stats.in_flight_peak, stats.in_flight)
         # Decided before any await, so requests still waiting for a connection do not count.

@@ -14,6 +14,7 @@ import sys
 import stages
 from reliableq import db
 from reliableq.bench.scenarios import SCENARIOS
+from reliableq.charge.handler import STANDARD_VALIDATORS
 from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import (
     UsageError,
@@ -33,7 +34,7 @@ from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 from reliableq.config import DEFAULT_REPLAY_BUDGET, WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
 from reliableq.lab.faults import CRASH_POINTS
-from reliableq.payload import InvalidSubmission
+from reliableq.payload import DEFAULT_KIND, InvalidSubmission
 from reliableq.queue import STATUSES
 
 # The defaults shown and used are the dataclasses' own: one place to change them.
@@ -93,9 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_mechanism_option(p)
     p.set_defaults(run=cmd_worker)
 
-    p = sub.add_parser("submit", help="submit a charge job (straight to the database, or through --api-url)")
-    p.add_argument("--amount", type=int, required=True, help="amount in cents")
-    p.add_argument("--currency", default="USD")
+    p = sub.add_parser("submit", help="submit a job, a charge unless --kind says otherwise (straight to the "
+                                      "database, or through --api-url)")
+    p.add_argument("--kind", default=DEFAULT_KIND, choices=sorted(STANDARD_VALIDATORS),
+                   help=f"the job's kind (default {DEFAULT_KIND})")
+    p.add_argument("--amount", type=int, help="amount in cents (a charge requires it)")
+    p.add_argument("--currency", help="a charge's currency (default USD)")
     p.add_argument("--description")
     p.add_argument("--max-attempts", type=positive_int)
     p.add_argument("--api-url", help="submit through this API instead of the database")

@@ -8,17 +8,17 @@ import asyncio
 from typing import Any
 
 from reliableq import db
+from reliableq.charge.handler import STANDARD_VALIDATORS
 from reliableq.cli.arguments import UsageError, print_json, run_coroutine
 from reliableq.payload import parse_submission
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"amount_cents": args.amount, "currency": args.currency}
-    if args.description:
-        body["description"] = args.description
-    if args.max_attempts:
-        body["max_attempts"] = args.max_attempts
-    submission = parse_submission(body)
+    # Only what was given: the kind's own check says what is missing or does not belong.
+    given = {"kind": args.kind, "amount_cents": args.amount, "currency": args.currency,
+             "description": args.description, "max_attempts": args.max_attempts}
+    body: dict[str, Any] = {field: value for field, value in given.items() if value is not None}
+    submission = parse_submission(body, STANDARD_VALIDATORS)
     if args.api_url:
         import httpx
         try:

@@ -195,6 +195,11 @@ BAD_SUBMISSIONS = [
     pytest.param({"amount_cents": 1250, "currency": "usd"}, 422, "currency", id="currency-lowercase"),
     pytest.param({"amount_cents": 1250, "currency": "EURO"}, 422, "currency", id="currency-four-letters"),
     pytest.param({"amount_cents": 1250, "currency": 840}, 422, "currency", id="currency-number"),
+    pytest.param({"amount_cents": 1250, "currency": "USD\n"}, 422, "currency", id="currency-trailing-newline"),
+    pytest.param({"kind": "mystery", "amount_cents": 1250}, 422,
+                 "kind: unknown job kind 'mystery'; known: charge, noop", id="kind-unknown"),
+    pytest.param({"kind": ["charge"], "amount_cents": 1250}, 422, "kind must be text", id="kind-a-list"),
+    pytest.param({"kind": "noop", "max_attempts": 0}, 422, "max_attempts", id="kind-noop-bad-budget"),
     pytest.param({"amount_cents": 1250, "description": 7}, 422, "description", id="description-number"),
     pytest.param({"amount_cents": 1250, "description": "x" * 201}, 422, "description", id="description-too-long"),
     pytest.param({"amount_cents": 1250, "max_attempts": 0}, 422, "max_attempts", id="max-attempts-zero"),
@@ -256,6 +261,45 @@ async def test_batch_of_exactly_the_job_limit_is_accepted(api, databases):
     assert await count_visible(databases.queue_url, [job["id"] for job in accepted]) == MAX_BATCH_JOBS
 
 
+async def stored_kinds(queue_url: str, accepted: list[dict[str, Any]]) -> list[tuple[str, dict]]:
+    """(kind, payload) of each accepted job as stored, in the order given."""
+    return [await fetch_one(queue_url, "SELECT kind, payload FROM jobs WHERE id = %s", (uuid.UUID(job["id"]),))
+            for job in accepted]
+
+
+async def test_each_job_is_stored_with_its_kind(api, databases):
+    """`kind` chooses the job's kind (charge by default), alone or in a batch; its payload is what its
+    kind's check kept, without the queue's own fields."""
+    single = [await submit(api)]
+    for body in ({"kind": "noop", "max_attempts": 2}, {"kind": "noop", "note": "hello"}):
+        response = await api.post("/v1/jobs", json=body)
+        assert response.status_code == 202, response.text
+        single.append(response.json())
+    batch = await submit_batch(api, [{"kind": "noop"}, {"amount_cents": 5, "currency": "EUR"}])
+    assert await stored_kinds(databases.queue_url, single + batch) == [
+        ("charge", {"amount_cents": 1250, "currency": "USD"}), ("noop", {}), ("noop", {"note": "hello"}),
+        ("noop", {}), ("charge", {"amount_cents": 5, "currency": "EUR"})]
+
+
+async def test_an_api_accepts_the_kinds_it_was_given(databases):
+    """A kind registered with its own check is accepted and checked by it; the stock kinds it was not
+    given are refused."""
+    def positive_n(payload: dict) -> dict:
+        if not isinstance(payload.get("n"), int) or payload["n"] < 1:
+            raise ValueError("n must be a positive integer")
+        return payload
+
+    async with serve(create_api_app(databases.queue_url, kinds={"count": positive_n})) as api:
+        accepted = await api.post("/v1/jobs", json={"kind": "count", "n": 3})
+        refused = await api.post("/v1/jobs", json={"kind": "count", "n": 0})
+        charge = await api.post("/v1/jobs", json={"amount_cents": 1250})
+    assert refused.status_code == 422 and refused.json()["error"] == "n must be a positive integer"
+    assert charge.status_code == 422 and charge.json()["error"] == "kind: unknown job kind 'charge'; known: count"
+    assert accepted.status_code == 202, accepted.text
+    assert await stored_kinds(databases.queue_url, [accepted.json()]) == [("count", {"n": 3})]
+    assert await stored_rows(databases.queue_url) == (1, 1)
+
+
 async def test_batch_with_one_bad_job_stores_nothing_and_names_its_index(api, databases):
     """All or nothing: one invalid submission refuses the whole batch with 422 naming its index."""
     jobs = [{"amount_cents": 100}, {"amount_cents": 200}, {"amount_cents": 300}, {"amount_cents": -1},
@@ -279,6 +323,8 @@ BAD_BATCHES = [
     pytest.param({"jobs": [{"amount_cents": 1250}], "priority": 1}, 422, '{"jobs": [...]}', id="extra-key"),
     pytest.param({"jobs": [{"amount_cents": 1250}, 7]}, 422, "jobs[1]: a submission must be a JSON object",
                  id="item-not-an-object"),
+    pytest.param({"jobs": [{"kind": "noop"}, {"kind": "mystery"}]}, 422, "jobs[1]: kind: unknown job kind 'mystery'",
+                 id="item-unknown-kind"),
     pytest.param({"jobs": [{"amount_cents": 1250, "description": "x" * MAX_BATCH_BYTES}]}, 413,
                  f"{MAX_BATCH_BYTES} bytes", id="oversize-declared"),
 ]

@@ -335,6 +335,9 @@ _JOB = str(uuid.UUID(int=7))
     pytest.param(charge_body(_JOB, amount_cents=-1), id="amount-negative"),
     pytest.param({"job_id": _JOB, "amount_cents": 1250}, id="currency-missing"),
     pytest.param(charge_body(_JOB, currency="EURO"), id="currency-four-letters"),
+    # The API's own check (reliableq/charge/payload.py): what it refused, the service refuses too.
+    pytest.param(charge_body(_JOB, currency="USD\n"), id="currency-trailing-newline"),
+    pytest.param(charge_body(_JOB, colour="red"), id="unknown-field"),
     # Currently answered with 500 (see the report): they must be refused as malformed too.
     pytest.param(charge_body(_JOB, currency="U\u0000D"), id="currency-nul"),
     pytest.param(charge_body(_JOB, currency="\ud800SD"), id="currency-surrogate"),

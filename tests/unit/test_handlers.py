@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from reliableq.handlers import HandlerRegistry, JobContext, Outcome, UnknownKind, noop
+from reliableq.handlers import HandlerRegistry, JobContext, Outcome, noop
+from reliableq.payload import InvalidSubmission, parse_submission
 from reliableq.queue import Job
 
 
@@ -54,17 +55,26 @@ def test_each_kind_validates_its_own_payload():
     registry = HandlerRegistry()
     registry.register("counted", noop, validate=positive_n)
     registry.register("noop", noop)
-    assert registry.validate("counted", {"n": 2}) == {"n": 2}
-    with pytest.raises(ValueError, match="n must be a positive integer"):
-        registry.validate("counted", {"n": 0})
-    assert registry.validate("noop", {"anything": True}) == {"anything": True}
+    assert parse_submission({"kind": "counted", "n": 2}, registry.validators).payload == {"n": 2}
+    with pytest.raises(InvalidSubmission, match="n must be a positive integer"):
+        parse_submission({"kind": "counted", "n": 0}, registry.validators)
+    assert parse_submission({"kind": "noop", "anything": True}, registry.validators).payload == {"anything": True}
 
 
 def test_an_unknown_kind_is_refused_and_fails_permanently():
-    """Refused at validation naming the known kinds; if one reaches a worker, a permanent failure."""
+    """Refused at submission naming the field and the known kinds; if one reaches a worker anyway (a row
+    inserted past the API), a permanent failure."""
     registry = HandlerRegistry()
     registry.register("noop", noop)
-    with pytest.raises(UnknownKind, match="unknown job kind 'mystery'; known: noop"):
-        registry.validate("mystery", {})
+    with pytest.raises(InvalidSubmission, match="kind: unknown job kind 'mystery'; known: noop"):
+        parse_submission({"kind": "mystery"}, registry.validators)
     outcome = asyncio.run(registry.handle(job_of_kind("mystery")))
     assert outcome == Outcome("permanent", "no handler for job kind 'mystery'")
+
+
+def test_validators_are_a_copy():
+    """What an API was given cannot change under it when more kinds are registered later."""
+    registry = HandlerRegistry()
+    given = registry.validators
+    registry.register("noop", noop)
+    assert given == {} and list(registry.validators) == ["noop"]

@@ -1,19 +1,32 @@
-"""What a client may submit (reliableq/payload.py): defaults, and each refusal naming its field."""
+"""What a client may submit: the envelope (reliableq/payload.py) and the charge kind's payload
+(reliableq/charge/payload.py); defaults, and each refusal naming its field."""
 
 from __future__ import annotations
 
 import pytest
 
-from reliableq.payload import InvalidSubmission, parse_submission
+from reliableq.charge.handler import STANDARD_VALIDATORS
+from reliableq.payload import InvalidSubmission, parse_batch, parse_submission
+
+
+def parse(body):
+    return parse_submission(body, STANDARD_VALIDATORS)
 
 
 def test_submission_defaults_and_fields():
     """A minimal body is a USD charge with the default budget."""
-    parsed = parse_submission({"amount_cents": 1250})
+    parsed = parse({"amount_cents": 1250})
+    assert (parsed.kind, parsed.max_attempts) == ("charge", 5)
     assert parsed.payload == {"amount_cents": 1250, "currency": "USD"}
-    assert parsed.max_attempts == 5
-    full = parse_submission({"amount_cents": 1, "currency": "EUR", "description": "tea", "max_attempts": 2})
+    full = parse({"amount_cents": 1, "currency": "EUR", "description": "tea", "max_attempts": 2})
     assert full.payload["description"] == "tea" and full.max_attempts == 2
+
+
+def test_the_kind_chooses_the_check():
+    """`kind` and `max_attempts` belong to the queue; the rest is the kind's payload, checked by its kind."""
+    noop = parse({"kind": "noop", "max_attempts": 3, "note": "anything"})
+    assert (noop.kind, noop.payload, noop.max_attempts) == ("noop", {"note": "anything"}, 3)
+    assert parse({"kind": "charge", "amount_cents": 7}).payload == {"amount_cents": 7, "currency": "USD"}
 
 
 @pytest.mark.parametrize("body, fragment", [
@@ -26,11 +39,25 @@ def test_submission_defaults_and_fields():
     ({"amount_cents": -5}, "amount_cents must be between"),
     ({"amount_cents": 10**13}, "amount_cents must be between"),
     ({"amount_cents": 5, "currency": "usd"}, "currency"),
+    ({"amount_cents": 5, "currency": "USD\n"}, "currency"),  # `$` in a regex would let it through
     ({"amount_cents": 5, "description": 7}, "description"),
+    ({"amount_cents": 5, "description": "a\x00b"}, "description"),
     ({"amount_cents": 5, "max_attempts": 0}, "max_attempts"),
-    ({"amount_cents": 5, "colour": "red"}, "unknown field(s): colour"),
+    ({"amount_cents": 5, "max_attempts": 101}, "max_attempts"),
+    ({"amount_cents": 5, "colour": "red"}, "unknown field(s): colour; a charge takes amount_cents"),
+    ({"kind": "mystery"}, "kind: unknown job kind 'mystery'; known: charge, noop"),
+    ({"kind": 3}, "kind must be text"),
+    ({"kind": "noop", "max_attempts": "3"}, "max_attempts must be an integer"),
 ])
 def test_bad_submissions_are_refused_with_the_field_named(body, fragment):
     """Each refusal names the field and what is wrong."""
     with pytest.raises(InvalidSubmission, match=fragment.replace("(", r"\(").replace(")", r"\)")):
-        parse_submission(body)
+        parse(body)
+
+
+def test_a_batch_names_the_refused_job():
+    """One bad job refuses the batch, named by its index; good batches keep each job's kind in order."""
+    with pytest.raises(InvalidSubmission, match=r"jobs\[1\]: kind: unknown job kind 'x'"):
+        parse_batch({"jobs": [{"amount_cents": 1}, {"kind": "x"}]}, STANDARD_VALIDATORS)
+    parsed = parse_batch({"jobs": [{"amount_cents": 1}, {"kind": "noop"}]}, STANDARD_VALIDATORS)
+    assert [s.kind for s in parsed] == ["charge", "noop"]
