@@ -4,7 +4,7 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     config    the mechanism switches (`Mechanisms`) and worker settings
     sql       loads schemas and named queries from `sql/`; the only place SQL comes from
     db        where the databases are (embedded PostgreSQL or DATABASE_URL), pools, migrations
-    payload   what a client may submit, validated before anything is stored
+    payload   what a client may submit: the envelope (kind, attempt budget), each kind's check run on the rest
     queue     the repository: submit, claim, renew, succeed, retry, dead, replay (fenced by lease token)
     backoff   capped exponential backoff with full jitter, seedable
     api       the HTTP API: submit (202 after commit), inspect, replay
@@ -14,7 +14,7 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     lease_keeper  renews a claim's lease from its effect until its finalize is recorded
     hooks     the named fault points the core passes, and the no-op hook production runs with
     servers   ASGI apps on loopback in a background thread
-charge/     the charge service (service), the worker's client for it (client), the `charge` kind (handler)
+charge/     the charge service (service), its client (client), the charge payload (payload), the `charge` kind (handler)
 lab/        the harness: experiment (what the stages share), harness, processes, faults (the FaultPlan),
             ledger, timeline, invariants, chaos, demo, notebook
 bench/      `reliableq bench`: run, runner, scenarios, ingest, stack, gate, results, profiles, progress,

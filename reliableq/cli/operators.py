@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from typing import Any
 
 from reliableq import db
@@ -65,10 +66,16 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     print("  ".join(f"{status}={n}" for status, n in counts.items()))
     for job in jobs:
         error = f"  {job.last_error}" if job.last_error else ""
-        amount = job.payload.get("amount_cents", 0) / 100
-        print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  "
-              f"{amount:.2f} {job.payload.get('currency')}{error}")
+        print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  {_what(job)}{error}")
     return 0
+
+
+def _what(job) -> str:
+    """A job's kind and payload in a few words: a charge by its amount, another kind by its payload."""
+    if job.kind == "charge":
+        return f"charge {job.payload['amount_cents'] / 100:.2f} {job.payload['currency']}"
+    shown = json.dumps(job.payload, ensure_ascii=False) if job.payload else ""
+    return f"{job.kind} {shown[:60]}".rstrip()
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -75,6 +75,9 @@ class LocalSystem:
         return worker
 
     def start_worker(self, worker: Worker) -> asyncio.Task[WorkerStats]:
+        """Run `worker` (made here or not) until stop_workers, which asks it to stop."""
+        if worker not in self._workers:
+            self._workers.append(worker)
         task = asyncio.create_task(worker.run(), name=worker.worker_id)
         self._tasks.append(task)
         return task

@@ -80,6 +80,8 @@ def test_demo_without_idempotency_shows_two_charges():
     pytest.param(["worker", "--concurrency", "0"], id="zero-concurrency"),
     pytest.param(["replay", "not-a-uuid"], id="replay-not-a-uuid"),
     pytest.param(["submit", "--amount", "-5"], id="negative-amount"),
+    pytest.param(["submit"], id="charge-without-amount"),
+    pytest.param(["submit", "--kind", "mystery"], id="unknown-kind"),
     pytest.param(["worker", "--grace", "-1"], id="negative-grace"),
     pytest.param(["worker", "--lease", "nan"], id="nan-lease"),
     pytest.param(["chaos", "--fleet-limit", "2", "--off", "leases"], id="fleet-limit-without-leases"),
@@ -121,11 +123,19 @@ def test_submit_then_show_the_job(databases):
     assert job["idempotency_key"] == f"reliableq:charge:{job_id}"
     assert job["attempts"] == 0 and job["attempt_history"] == []
     assert [e["event"] for e in job["events"]] == ["submitted"]
+    assert job["kind"] == "charge"
+
+    noop = reliableq("submit", "--kind", "noop", env=env)
+    assert noop.returncode == 0, noop.stderr
+    shown = json.loads(reliableq("jobs", "show", noop.stdout.strip(), env=env).stdout)
+    assert (shown["kind"], shown["payload"]) == ("noop", {})
 
     listed = reliableq("jobs", env=env)
     assert listed.returncode == 0, listed.stderr
-    assert "PENDING=1" in listed.stdout
-    assert str(job_id) in listed.stdout
+    assert "PENDING=2" in listed.stdout
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert lines[str(job_id)].endswith("attempts=0/3  charge 12.50 USD")
+    assert lines[shown["id"]].endswith("attempts=0/5  noop")
 
 
 def test_show_unknown_job_fails_with_one_line(databases):
