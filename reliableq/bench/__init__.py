@@ -4,7 +4,7 @@
     runner      Bench: each point measured, gated and kept apart when failed; then the baselines
     scenarios   the scenarios by name (execution, latency, kill -9, retry, idempotency, DEAD, semaphore)
     ingest      the ingest scenario: over HTTP, in batches, straight into PostgreSQL
-    stack       one run's fresh databases and real processes
+    stack       one run over the lab's harness, every part a real process; seeded workers, preloads
     gate        the correctness gate, from reliableq.lab.invariants
     results     samples, windows, run and bench results, the summary, the workers' time metrics
     profiles    how big each scenario is (tiny, quick, full)
@@ -13,7 +13,7 @@
     peers       pgqueuer and procrastinate doing the same work, each in its own process
     report      results.json, CSV, charts and report.md
 
-The bench uses the core, the charge service, and from the lab its invariants (the gate), its ledger
-(A/H/C/F of a scenario's jobs) and its process helpers (real `reliableq` processes); nothing below it
-imports the bench.
+The bench uses the core, the charge service, and from the lab its one harness (every part a real
+process), its invariants (the gate), its ledger (A/H/C/F of a scenario's jobs), its process and wait
+helpers and the kill -9 story the demo tells; nothing below it imports the bench.
 """

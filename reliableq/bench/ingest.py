@@ -18,7 +18,8 @@ from reliableq.bench.gate import UNFINISHED_CHECK, gate
 from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Measured, Sample, Window
 from reliableq.bench.runner import Bench
-from reliableq.bench.stack import RunStack
+from reliableq.bench.stack import run_system
+from reliableq.lab.harness import LocalSystem
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 
@@ -38,11 +39,11 @@ async def ingest(bench: Bench, repeat: int) -> None:
                     else p.ingest_jobs)
 
             async def body(clients=clients, via=via, point=point, jobs=jobs) -> Measured:
-                async with RunStack(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
-                                    charge=False) as stack:
+                async with run_system(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
+                                    charge=False) as system:
                     acknowledged: list[uuid.UUID] = []
                     samples: list[Sample] = []  # one per request: a batch's latency is its whole request's
-                    submit = await _submitter(stack, via, clients)
+                    submit = await _submitter(system, via, clients)
                     # A shared iterator: each request takes the next slice of job numbers (one, or a batch).
                     starts = iter(range(0, jobs, submit.batch))
                     try:
@@ -56,7 +57,7 @@ async def ingest(bench: Bench, repeat: int) -> None:
                         window = Window(start, time.monotonic())
                     finally:
                         await submit.aclose()
-                    passed, checks = await gate(stack.databases, acknowledged, waive={
+                    passed, checks = await gate(system.databases, acknowledged, waive={
                         UNFINISHED_CHECK: "ingestion runs store jobs and never execute them"})
                 metrics = {"jobs": len(acknowledged), "requests": len(samples),
                            "jobs_per_second": len(acknowledged) / window.seconds}
@@ -88,11 +89,11 @@ async def _accepted(response: aiohttp.ClientResponse) -> dict[str, Any]:
     return await response.json()
 
 
-async def _submitter(stack: RunStack, via: str, clients: int) -> _Submit:
+async def _submitter(system: LocalSystem, via: str, clients: int) -> _Submit:
     if via in ("http", "http-batch"):
         # aiohttp, as the worker's charge client: httpx's client CPU (ten times aiohttp's per request)
         # would share the two cores with the API it measures.
-        http = aiohttp.ClientSession(stack.api_url, connector=aiohttp.TCPConnector(limit=clients),
+        http = aiohttp.ClientSession(system.api_url, connector=aiohttp.TCPConnector(limit=clients),
                                      timeout=aiohttp.ClientTimeout(total=30))
 
         async def over_http(jobs: int) -> list[uuid.UUID]:
@@ -105,7 +106,7 @@ async def _submitter(stack: RunStack, via: str, clients: int) -> _Submit:
         if via == "http":
             return _Submit(over_http, http.close)
         return _Submit(in_batches, http.close, BENCH_BATCH_JOBS)
-    pool = await db.open_pool_checked(stack.databases.queue_url, max_size=clients, min_size=clients)
+    pool = await db.open_pool_checked(system.databases.queue_url, max_size=clients, min_size=clients)
     queue = Queue(pool)
     submission = Submission(payload=dict(PAYLOAD), max_attempts=5)
 

@@ -20,6 +20,7 @@ from reliableq.bench.baselines import baseline_steps, measure_baselines
 from reliableq.bench.profiles import Profile
 from reliableq.bench.progress import Progress
 from reliableq.bench.results import BenchResult, Measured, RunResult, Window, keep_in_window, latency_metrics
+from reliableq.config import Mechanisms
 
 
 @dataclass(frozen=True)
@@ -38,15 +39,13 @@ class Bench:
         self.profile, self.out_dir, self.seed = profile, out_dir, seed
         self.chosen = list(scenarios)
         self.scenarios = [scenario.name for scenario in self.chosen]
-        self.off = list(off)  # mechanisms switched off in every worker (the gate's own tests break runs so)
+        # Switched off in every process of every run (the gate's own tests break runs so).
+        self.mechanisms = Mechanisms().with_flags(**{name: False for name in off})
         self.with_baselines = baselines
         self.progress = Progress(sum(s.steps(profile) for s in self.chosen) * profile.repeats
                                  + (baseline_steps(profile, self.scenarios) if baselines else 0), enabled=progress)
         self.runs: list[RunResult] = []
         self.templates: db.Databases | None = None
-
-    def worker_off_args(self) -> list[str]:
-        return ["--off", ",".join(self.off)] if self.off else []
 
     async def run(self) -> BenchResult:
         started, started_at = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S%z")

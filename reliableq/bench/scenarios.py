@@ -19,9 +19,10 @@ from reliableq.bench.ingest import BENCH_BATCH_JOBS, INGEST_VIAS, ingest
 from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Measured, Sample, Window, worker_time_metrics
 from reliableq.bench.runner import Bench, Scenario
-from reliableq.bench.stack import RunStack
+from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system
 from reliableq.charge.client import idempotency_key
-from reliableq.lab import invariants, processes
+from reliableq.lab import invariants
+from reliableq.lab.demo import kill_after_charge
 from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import job_counts
 
@@ -33,13 +34,13 @@ async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
         point = f"{workers}x{permits}"
 
         async def body(workers=workers, permits=permits, point=point) -> Measured:
-            async with RunStack(bench, f"{scenario}-{point}-{repeat}", charge_args) as stack:
-                charge_cpu_before = (await stack.charge_stats())["cpu_seconds"]
-                window = await stack.drain(jobs, workers, permits, kind)
-                charge_cpu = (await stack.charge_stats())["cpu_seconds"] - charge_cpu_before
-                stats = await stack.stop_workers()
-                span = await stack.span()
-                passed, checks = await gate(stack.databases, waive={
+            async with run_system(bench, f"{scenario}-{point}-{repeat}", charge_args) as system:
+                charge_cpu_before = (await system.charge_stats())["cpu_seconds"]
+                window = await drain(bench, system, jobs, workers, permits, kind)
+                charge_cpu = (await system.charge_stats())["cpu_seconds"] - charge_cpu_before
+                stats = await system.stop_worker_processes()
+                span = await run_span(system)
+                passed, checks = await gate(system.databases, waive={
                     UNCHARGED_CHECK: "no-op jobs have no effect"} if kind == "noop" else None)
             seconds = span["seconds"] or window.seconds
             metrics = {"jobs": span["jobs"], "succeeded": span["succeeded"], "seconds": seconds,
@@ -75,26 +76,19 @@ async def _kill9(bench: Bench, repeat: int) -> None:
         point = f"lease={lease:g}s"
 
         async def body(lease=lease, point=point) -> Measured:
-            async with RunStack(bench, f"kill9-{point}-{repeat}") as stack:
-                await stack.preload(1)
-                (job,) = await stack.queue.list()
-                (first,) = await stack.start_workers(1, 1, lease, ["--crash-at", "after_effect_before_finalize"])
-                code = await processes.wait_exit(first, 60)
-                killed = time.monotonic()
-                if code != -9:
-                    raise RuntimeError(f"the first worker exited with {code}, expected SIGKILL")
-                # The replacement starts now; its start-up overlaps the lease it must wait out anyway.
-                await stack.start_workers(1, 1, lease)
-                await stack.wait_settled(lease + 60)
-                recovered = time.monotonic()
-                await stack.stop_workers()
-                lags = await stack.reclaim_lags()
-                (counts,) = await job_counts(stack.databases)
-                passed, checks = await gate(stack.databases)
-            metrics = {"recovery_seconds": recovered - killed, "reclaim_lag_seconds": lags[0] if lags else None,
+            async with run_system(bench, f"kill9-{point}-{repeat}") as system:
+                await preload(system, 1)
+                (job,) = await system.queue.list()
+                run = await kill_after_charge(system, job.id, lease, "--concurrency", "1", "--seed", str(bench.seed))
+                await system.stop_worker_processes()
+                lags = await reclaim_lags(system)
+                (counts,) = await job_counts(system.databases)
+                passed, checks = await gate(system.databases)
+            metrics = {"recovery_seconds": run.recovery_seconds, "reclaim_lag_seconds": lags[0] if lags else None,
                        "lease_seconds": lease, "attempts": counts.attempts, "handler_runs": counts.handler_runs,
                        "charges": counts.charges, "finalizations": counts.finalizations}
-            return Measured(metrics, passed, checks, [Sample(killed, recovered)], Window(killed, recovered))
+            return Measured(metrics, passed, checks, [Sample(run.killed, run.recovered)],
+                            Window(run.killed, run.recovered))
         await bench.measure("kill9", point, {"lease_seconds": lease}, "recovery_seconds", repeat, body)
 
 
@@ -105,11 +99,11 @@ async def _retry(bench: Bench, repeat: int) -> None:
 
         async def body(rate=rate, point=point) -> Measured:
             charge_args = ["--transient-rate", str(rate), "--seed", str(bench.seed)]
-            async with RunStack(bench, f"retry-{point}-{repeat}", charge_args) as stack:
-                window = await stack.drain(p.retry_jobs, 1, 8)
-                stats = await stack.stop_workers()
-                counts = await job_counts(stack.databases)
-                passed, checks = await gate(stack.databases)
+            async with run_system(bench, f"retry-{point}-{repeat}", charge_args) as system:
+                window = await drain(bench, system, p.retry_jobs, 1, 8)
+                stats = await system.stop_worker_processes()
+                counts = await job_counts(system.databases)
+                passed, checks = await gate(system.databases)
             jobs = len(counts)
             metrics = {"jobs": jobs, "transient_rate": rate,
                        "attempts_per_job": sum(c.attempts for c in counts) / jobs,
@@ -128,13 +122,13 @@ async def _idempotency(bench: Bench, repeat: int) -> None:
     point = f"{p.idempotency_requests} requests, 1 key"
 
     async def body() -> Measured:
-        async with RunStack(bench, f"idempotency-{repeat}") as stack:
+        async with run_system(bench, f"idempotency-{repeat}") as system:
             job_id = uuid.UUID(int=bench.seed + 1)  # one job, one key, whatever the run
             headers = {"Idempotency-Key": idempotency_key(job_id)}
             statuses: list[int] = []
             samples: list[Sample] = []
             remaining = iter(range(p.idempotency_requests))
-            async with httpx.AsyncClient(base_url=stack.charge_url, timeout=30) as http:
+            async with httpx.AsyncClient(base_url=system.charge_url, timeout=30) as http:
                 async def client() -> None:
                     for _ in remaining:
                         begun = time.monotonic()
@@ -148,7 +142,7 @@ async def _idempotency(bench: Bench, repeat: int) -> None:
             created = statuses.count(201)
             one_created = Check("exactly one of the concurrent requests created the charge",
                                 [] if created == 1 else [{"created": created}], note=f"{created} created")
-            passed, checks = await gate(stack.databases, extra=[one_created])
+            passed, checks = await gate(system.databases, extra=[one_created])
         metrics = {"requests": len(statuses), "created": created, "replayed": statuses.count(200),
                    "other": len(statuses) - created - statuses.count(200),
                    "requests_per_second": len(statuses) / window.seconds}
@@ -161,15 +155,15 @@ async def _dead(bench: Bench, repeat: int) -> None:
     p = bench.profile
 
     async def body() -> Measured:
-        async with RunStack(bench, f"dead-{repeat}", ["--permanent-rate", "1", "--seed", str(bench.seed)]) as stack:
-            window = await stack.drain(p.dead_jobs, 1, 8)
-            stats = await stack.stop_workers()
-            counts = await job_counts(stack.databases)
-            span = await stack.span()
+        async with run_system(bench, f"dead-{repeat}", ["--permanent-rate", "1", "--seed", str(bench.seed)]) as system:
+            window = await drain(bench, system, p.dead_jobs, 1, 8)
+            stats = await system.stop_worker_processes()
+            counts = await job_counts(system.databases)
+            span = await run_span(system)
             wrong = [{"job_id": c.job_id, "status": c.status, "attempts": c.attempts}
                      for c in counts if c.status != "DEAD" or c.attempts != 1]
             dead_once = Check("a permanent failure goes DEAD after one attempt, never retried", wrong)
-            passed, checks = await gate(stack.databases, extra=[dead_once])
+            passed, checks = await gate(system.databases, extra=[dead_once])
         seconds = span["seconds"] or window.seconds
         metrics = {"jobs": len(counts), "dead": span["dead"], "seconds": seconds,
                    "jobs_per_second": len(counts) / seconds} | worker_time_metrics(stats)
@@ -182,16 +176,16 @@ async def _semaphore(bench: Bench, repeat: int) -> None:
     permits, latency = p.semaphore_permits, p.semaphore_latency_seconds
 
     async def body() -> Measured:
-        async with RunStack(bench, f"semaphore-{repeat}", ["--latency", str(latency)]) as stack:
-            window = await stack.drain(p.semaphore_jobs, 1, permits)
-            service = await stack.charge_stats()
-            stats = await stack.stop_workers()
-            span = await stack.span()
+        async with run_system(bench, f"semaphore-{repeat}", ["--latency", str(latency)]) as system:
+            window = await drain(bench, system, p.semaphore_jobs, 1, permits)
+            service = await system.charge_stats()
+            stats = await system.stop_worker_processes()
+            span = await run_span(system)
             bounded = [invariants.capacity_check([s.get("in_flight_peak", 0) for s in stats], permits),
                        Check(f"the slow dependency never saw more than {permits} requests at once",
                              [] if service["in_flight_peak"] <= permits else [service],
                              note=f"peak {service['in_flight_peak']}")]
-            passed, checks = await gate(stack.databases, extra=bounded)
+            passed, checks = await gate(system.databases, extra=bounded)
         seconds = span["seconds"] or window.seconds
         metrics = {"jobs": span["jobs"], "seconds": seconds, "jobs_per_second": span["jobs"] / seconds,
                    "bound_jobs_per_second": permits / latency, "service_in_flight_peak": service["in_flight_peak"],

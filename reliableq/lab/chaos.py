@@ -192,7 +192,7 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
                 await system.wait_until(_terminal_at_least(system, config.jobs - in_flight), config.settle_seconds,
                                         "the backlog to drain")
                 charge_faults.start_outage(config.outage_seconds)
-            await system.wait_all_terminal(timeout=config.settle_seconds)
+            await system.wait_settled(timeout=config.settle_seconds)
             # A stalled handler that outlived its lease resumes after the job settled: let its
             # (stale) finalize happen before judging, or fencing would never be put to the test.
             await system.wait_until(_no_pause(faults), config.lease_seconds * 3, "paused handlers to resume")

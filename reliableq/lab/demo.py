@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import signal
 import time
+import uuid
 from dataclasses import dataclass
 
 from reliableq.config import Mechanisms
 from reliableq.lab import processes
 from reliableq.lab.faults import FaultPlan
-from reliableq.lab.harness import fast_settings, local_system
+from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.ledger import JobCounts
 
 DEMO_LEASE_SECONDS = 1.0
@@ -68,29 +69,46 @@ class ProcessDemo:
         return "\n".join([*self.lines, f"{self.counts.short()}  (status {self.counts.status})"])
 
 
-def _spawn_worker(system, worker_id: str, lease_seconds: float, *extra: str) -> processes.CliProcess:
-    """A real `reliableq worker` process over the system's databases and charge service."""
-    return processes.spawn_worker(system.databases, system.charge_url, worker_id, lease_seconds, *extra)
+@dataclass(frozen=True)
+class KillRecovery:
+    """One telling of the kill -9 story: the two worker processes and when the job recovered."""
+    first: processes.CliProcess  # SIGKILLed right after its charge committed
+    second: processes.CliProcess  # reclaimed the job once the lease expired
+    killed: float  # time.monotonic() when the first worker was seen dead
+    recovered: float  # time.monotonic() when the job was seen SUCCEEDED or DEAD
+
+    @property
+    def recovery_seconds(self) -> float:
+        return self.recovered - self.killed
+
+
+async def kill_after_charge(system: LocalSystem, job_id: uuid.UUID, lease_seconds: float, *extra: str) -> KillRecovery:
+    """The kill -9 story, told once for the demo that prints it and the benchmark that times it: worker-1
+    (a real process) is SIGKILLed right after its charge commits; worker-2, started at once, reclaims the
+    job when the lease expires and finishes it. `extra`: more arguments for both workers."""
+    first = system.spawn_worker("worker-1", lease_seconds, "--crash-at", "after_effect_before_finalize", *extra)
+    code = await processes.wait_exit(first, 60)
+    killed = time.monotonic()
+    if code != -signal.SIGKILL:
+        raise RuntimeError(f"worker-1 exited with {code}, expected SIGKILL")
+    # Started now: its start-up overlaps the lease it must wait out anyway.
+    second = system.spawn_worker("worker-2", lease_seconds, *extra)
+    await system.wait_settled([job_id], timeout=lease_seconds + 60)
+    return KillRecovery(first, second, killed, time.monotonic())
 
 
 async def kill9(lease_seconds: float = 2.0) -> ProcessDemo:
-    """worker-1 is SIGKILLed right after its charge commits; worker-2 reclaims when the lease expires."""
+    """The kill -9 story over a fresh system, as `reliableq demo kill9` prints it."""
     async with local_system(database_prefix="rq_kill9") as system:
         job_id = await system.submit_http(1250)
-        first = _spawn_worker(system, "worker-1", lease_seconds, "--crash-at", "after_effect_before_finalize")
-        code = await processes.wait_exit(first, 60)
-        killed = time.monotonic()
-        if code != -signal.SIGKILL:
-            raise RuntimeError(f"worker-1 exited with {code}, expected SIGKILL")
-        second = _spawn_worker(system, "worker-2", lease_seconds)
-        await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=lease_seconds + 30)
-        recovery = time.monotonic() - killed
-        second_said = await processes.stop(second)
+        run = await kill_after_charge(system, job_id, lease_seconds)
+        second_said = await processes.stop(run.second)
         (counts,) = await system.counts()
     return ProcessDemo(counts, [
         f"job {job_id} submitted through the API (202 after commit); lease {lease_seconds:g} s",
-        f"worker-1 (pid {first.pid}) charged the job and was killed with SIGKILL before finalizing",
-        f"worker-2 (pid {second.pid}) reclaimed it after the lease expired: recovery took {recovery:.2f} s",
+        f"worker-1 (pid {run.first.pid}) charged the job and was killed with SIGKILL before finalizing",
+        f"worker-2 (pid {run.second.pid}) reclaimed it after the lease expired: recovery took "
+        f"{run.recovery_seconds:.2f} s",
         f"worker-2 on SIGTERM: {second_said}",
     ])
 
@@ -101,7 +119,7 @@ async def pause(lease_seconds: float = 1.0) -> ProcessDemo:
     async with local_system(database_prefix="rq_pause") as system:
         system.charge_faults.latency_seconds = 0.3  # a window in which worker-1 holds the job
         job_id = await system.submit_http(1250)
-        first = _spawn_worker(system, "worker-1", lease_seconds)
+        first = system.spawn_worker("worker-1", lease_seconds)
 
         async def held_by_first() -> bool:
             job = await system.queue.get(job_id)
@@ -109,7 +127,7 @@ async def pause(lease_seconds: float = 1.0) -> ProcessDemo:
         await system.wait_until(held_by_first, 30, "worker-1 to claim the job")
         first.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        second = _spawn_worker(system, "worker-2", lease_seconds)
+        second = system.spawn_worker("worker-2", lease_seconds)
         await system.wait_for_status(job_id, {"SUCCEEDED"}, timeout=lease_seconds + 30)
         reclaimed = time.monotonic() - stopped
         first.send_signal(signal.SIGCONT)

@@ -22,12 +22,11 @@ from reliableq.charge.service import ChargeFaults
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
 from reliableq.lab import timeline
 from reliableq.lab.faults import CRASH_POINTS, FaultPlan
-from reliableq.lab.harness import LocalSystem, fast_settings, local_system
+from reliableq.lab.harness import SETTLED_STATUSES, LocalSystem, fast_settings, local_system
 from reliableq.lab.ledger import JobCounts
 from reliableq.payload import Submission
 from reliableq.worker import Worker
 
-FINAL_STATUSES = frozenset({"SUCCEEDED", "DEAD"})
 LOST = "LOST"  # the status shown for an acknowledged job the database never stored
 _JOB_NAMESPACE = uuid.UUID("5b0c6a52-53f4-4e0b-9a4b-6f1d1f6c2a10")
 
@@ -97,7 +96,7 @@ class ScenarioResult:
             job, status, charges, finals = row["job"], row["status"], row["C"], row["F"]
             if status == LOST:
                 found.append(f"{job} was acknowledged but never stored")
-            elif status not in FINAL_STATUSES:
+            elif status not in SETTLED_STATUSES:
                 found.append(f"{job} was left {status}")
             if charges > 1:
                 found.append(f"{job} was charged {charges} times")
@@ -223,14 +222,8 @@ class Experiment:
         await self.system.wait_until(condition, timeout, what)
 
     async def wait_settled(self, ids: Sequence[uuid.UUID], timeout: float = 20.0) -> None:
-        """Until every job in `ids` is SUCCEEDED or DEAD."""
-        async def settled() -> bool:
-            for job_id in ids:
-                job = await self.system.queue.get(job_id)
-                if job is None or job.status not in FINAL_STATUSES:
-                    return False
-            return True
-        await self.wait_for(settled, f"{len(ids)} job(s) to be SUCCEEDED or DEAD", timeout)
+        """Until every job in `ids` is SUCCEEDED or DEAD (a stage's runs are short: 20 s is plenty)."""
+        await self.system.wait_settled(ids, timeout)
 
     async def result(self, measurements: dict[str, Any] | None = None) -> ScenarioResult:
         """Stop the workers (in-flight handlers finish within their grace), then read what was recorded."""

@@ -1,19 +1,24 @@
-"""A whole system for one experiment: fresh databases, the charge service and the API on loopback,
-and workers in this process, all over the same core and the same mechanism switches.
+"""The one harness: a whole system for one run. Fresh databases, the charge service and the API on
+loopback, and workers, all over the same core and the same mechanism switches; everything it started is
+stopped, and its databases dropped, on exit.
 
-Tests, stages, notebooks and the demo use it so that every experiment starts clean and leaves nothing
-behind. The HTTP is real (uvicorn on 127.0.0.1) and so is PostgreSQL; only process boundaries are
-collapsed, which is why crashes here are simulated by the fault plan (the CLI demos use real signals).
+Two ways to run the parts, one system either way. `servers="threads"` (tests, stages, notebooks): the
+servers run in this process on real loopback HTTP and workers are asyncio tasks here, so crashes are
+simulated by the fault plan. `servers="processes"` (the benchmark): the servers are real `reliableq`
+processes, so nothing shares this process's interpreter. Either way `spawn_worker` starts a real
+`reliableq worker` process, for what only real signals show (the kill -9 and pause stories, the
+benchmark). Settled means one thing everywhere: no job PENDING or RUNNING (`wait_settled`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 from psycopg_pool import AsyncConnectionPool
@@ -25,6 +30,7 @@ from reliableq.charge.handler import standard_handlers
 from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry
+from reliableq.lab import processes
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.ledger import JobCounts, job_counts
 from reliableq.lab.waiting import wait_until
@@ -33,21 +39,26 @@ from reliableq.queue import Job, Queue
 from reliableq.servers import LoopbackServer
 from reliableq.worker import Worker, WorkerStats
 
+SETTLED_STATUSES = frozenset({"SUCCEEDED", "DEAD"})
+WORKER_READY_SECONDS = 30.0
+
 
 @dataclass
 class LocalSystem:
     databases: db.Databases
     mechanisms: Mechanisms
-    api_url: str
-    charge_url: str
-    charge_faults: ChargeFaults
+    api_url: str  # "" when started without the API
+    charge_url: str  # "" when started without the charge service
+    charge_faults: ChargeFaults | None  # live knobs of an in-process charge service; None for a process
     api_faults: FaultPlan
     queue: Queue  # the harness's own view of the jobs, on its own pool: it never waits behind the workers
     http: httpx.AsyncClient
-    worker_pool: AsyncConnectionPool  # shared by the workers started here
+    worker_pool: AsyncConnectionPool | None  # shared by in-process workers; None if started without one
+    logs: Path | None = None  # where worker processes write their output; a pipe each without it
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _workers: list[Worker] = field(default_factory=list)
     _charge_clients: list[ChargeClient] = field(default_factory=list)  # closed when the workers stop
+    worker_processes: list[processes.CliProcess] = field(default_factory=list)
 
     async def submit_http(self, amount_cents: int = 1250, **fields: Any) -> uuid.UUID:
         """Submit one job through the API; returns its id once the API answered 202."""
@@ -60,10 +71,14 @@ class LocalSystem:
         """Insert one job straight through the queue (when the API is not what is being shown)."""
         return await self.queue.submit(submission, job_id)
 
+    # -- workers in this process ---------------------------------------------------------------
+
     def worker(self, settings: WorkerSettings = WorkerSettings(), faults: FaultPlan | None = None,
                mechanisms: Mechanisms | None = None, handlers: HandlerRegistry | None = None) -> Worker:
         """A worker over this system, running the standard job kinds unless given `handlers`. Start it
         with `start_worker`, or `await worker.run()`."""
+        if self.worker_pool is None:
+            raise RuntimeError("this system was started without a pool for in-process workers")
         m = mechanisms or self.mechanisms
         queue = Queue(self.worker_pool, m, faults)
         if handlers is None:
@@ -82,6 +97,45 @@ class LocalSystem:
         self._tasks.append(task)
         return task
 
+    async def stop_workers(self) -> list[WorkerStats]:
+        """Ask every in-process worker to stop; their stats once each has (in-flight handlers finish
+        within their grace)."""
+        for worker in self._workers:
+            worker.request_stop()
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for charges in self._charge_clients:
+            await charges.aclose()
+        self._tasks.clear()
+        self._workers.clear()
+        self._charge_clients.clear()
+        return [r for r in results if isinstance(r, WorkerStats)]
+
+    # -- workers as real processes -------------------------------------------------------------
+
+    def spawn_worker(self, worker_id: str, lease_seconds: float, *extra: str) -> processes.CliProcess:
+        """A real `reliableq worker` process over this system, with its switches (`extra`: more CLI
+        arguments). Killed on exit if still running; stop it with `stop_worker_processes`."""
+        log_path = self.logs / f"{worker_id}.log" if self.logs else None
+        worker = processes.spawn_worker(self.databases, self.charge_url, worker_id, lease_seconds,
+                                        *_off_args(self.mechanisms), *extra, log_path=log_path)
+        self.worker_processes.append(worker)
+        return worker
+
+    async def start_worker_processes(self, worker_ids: Sequence[str], lease_seconds: float,
+                                     *extra: str) -> list[processes.CliProcess]:
+        """Spawn a worker process per id; returns once every one says it is running."""
+        started = [self.spawn_worker(worker_id, lease_seconds, *extra) for worker_id in worker_ids]
+        await asyncio.gather(*(processes.wait_running(w, WORKER_READY_SECONDS) for w in started))
+        return started
+
+    async def stop_worker_processes(self) -> list[dict[str, Any]]:
+        """SIGTERM every running worker process; the stats each wrote to its status file as it stopped."""
+        running = [w for w in self.worker_processes if w.process.poll() is None]
+        await asyncio.gather(*(processes.stop(w) for w in running))
+        return [status["stats"] for w in running if (status := w.status()) and status["state"] == "stopped"]
+
+    # -- waiting and reading -------------------------------------------------------------------
+
     async def wait_until(self, condition: Callable[[], Awaitable[bool]], timeout: float,
                          what: str = "condition", poll_seconds: float = 0.02) -> None:
         """Poll `condition` until true; TimeoutError naming `what` after `timeout` seconds."""
@@ -94,61 +148,101 @@ class LocalSystem:
         await self.wait_until(reached, timeout, f"job {job_id} to become {'/'.join(sorted(statuses))}")
         return await self.queue.get(job_id)
 
-    async def wait_all_terminal(self, timeout: float = 60.0) -> None:
+    async def wait_settled(self, job_ids: Sequence[uuid.UUID] | None = None, timeout: float = 60.0) -> None:
+        """Until every job (or every one of `job_ids`) is SUCCEEDED or DEAD. Raises at once if this system
+        ran worker processes and every one has exited: nobody is left to settle anything."""
         async def settled() -> bool:
-            counts = await self.queue.counts()
-            return counts["PENDING"] == 0 and counts["RUNNING"] == 0
-        await self.wait_until(settled, timeout, "every job to be SUCCEEDED or DEAD")
+            if self.worker_processes and all(w.process.poll() is not None for w in self.worker_processes):
+                raise RuntimeError(f"every worker process exited before the run settled: {await self.queue.counts()}")
+            if job_ids is None:
+                counts = await self.queue.counts()
+                return counts["PENDING"] == 0 and counts["RUNNING"] == 0
+            jobs = [await self.queue.get(job_id) for job_id in job_ids]
+            return all(job is not None and job.status in SETTLED_STATUSES for job in jobs)
+        what = "every job" if job_ids is None else f"{len(job_ids)} job(s)"
+        await self.wait_until(settled, timeout, f"{what} to be SUCCEEDED or DEAD")
 
     async def counts(self) -> list[JobCounts]:
         return await job_counts(self.databases)
 
     async def charge_stats(self) -> dict[str, Any]:
+        """The charge service's own counters (in-flight peak, requests, its process's CPU seconds)."""
         return (await self.http.get(f"{self.charge_url}/v1/stats")).json()
-
-    async def stop_workers(self) -> list[WorkerStats]:
-        for worker in self._workers:
-            worker.request_stop()
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for charges in self._charge_clients:
-            await charges.aclose()
-        self._tasks.clear()
-        self._workers.clear()
-        self._charge_clients.clear()
-        return [r for r in results if isinstance(r, WorkerStats)]
 
 
 @asynccontextmanager
 async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: ChargeFaults | None = None,
                        api_faults: FaultPlan | None = None, databases: db.Databases | None = None,
-                       database_prefix: str = "rq_lab", worker_pool_size: int = 20) -> AsyncIterator[LocalSystem]:
+                       database_prefix: str = "rq_lab", worker_pool_size: int = 20,
+                       servers: Literal["threads", "processes"] = "threads", charge_args: Sequence[str] = (),
+                       api: bool = True, charge: bool = True, templates: db.Databases | None = None,
+                       logs: Path | None = None) -> AsyncIterator[LocalSystem]:
     """Start a LocalSystem; on exit stop its workers and servers and drop its scratch databases.
-    `worker_pool_size`: connections the workers share (their claims, renewals and finalizes)."""
-    charge_faults = charge_faults or ChargeFaults()
+
+    `databases`: use these (migrated here) instead of fresh scratch ones, cloned from `templates` if
+    given. `servers`: run the API and the charge service in this process ("threads", with live
+    `charge_faults` and `api_faults`) or as `reliableq` processes ("processes", the charge service given
+    `charge_args`). `api`, `charge`: start that server at all. `worker_pool_size`: connections the
+    in-process workers share (0: none). `logs`: a folder for the processes' output."""
+    in_threads = servers == "threads"
+    if not in_threads and (charge_faults is not None or api_faults is not None):
+        raise ValueError("server processes take their faults as charge_args, not live fault objects")
     api_faults = api_faults or FaultPlan()
+    if in_threads:
+        charge_faults = charge_faults or ChargeFaults()
     async with AsyncExitStack() as stack:
         if databases is None:
-            databases = stack.enter_context(db.scratch_databases(database_prefix))
+            databases = stack.enter_context(db.scratch_databases(database_prefix, templates=templates))
         else:
             await asyncio.to_thread(db.migrate, databases)
-        charge_server = LoopbackServer(create_charge_app(databases.charge_url, charge_faults))
-        charge_url = await asyncio.to_thread(charge_server.start)
-        stack.callback(charge_server.stop)
-        api_server = LoopbackServer(create_api_app(databases.queue_url, mechanisms, api_faults))
-        api_url = await asyncio.to_thread(api_server.start)
-        stack.callback(api_server.stop)
+        started: list[processes.CliProcess] = []
+        stack.callback(_kill_all, started)
+        charge_url = api_url = ""
+        if in_threads:
+            if charge:
+                charge_url = await _serve_in_thread(stack, create_charge_app(databases.charge_url, charge_faults))
+            if api:
+                api_url = await _serve_in_thread(stack, create_api_app(databases.queue_url, mechanisms, api_faults))
+        else:
+            spawned = {name: processes.spawn_server(databases, command, *args,
+                                                    log_path=logs / f"{name}.log" if logs else None)
+                       for name, command, args, wanted in (("charge", "charge-service", charge_args, charge),
+                                                           ("api", "api", _off_args(mechanisms), api)) if wanted}
+            for name, (server, url) in zip(spawned, await asyncio.gather(*spawned.values()), strict=True):
+                started.append(server)
+                charge_url, api_url = (url, api_url) if name == "charge" else (charge_url, url)
         own_pool = await db.open_pool_checked(databases.queue_url, max_size=4)
         stack.push_async_callback(own_pool.close)
-        worker_pool = await db.open_pool_checked(databases.queue_url, max_size=worker_pool_size)
-        stack.push_async_callback(worker_pool.close)
+        worker_pool = None
+        if worker_pool_size:
+            worker_pool = await db.open_pool_checked(databases.queue_url, max_size=worker_pool_size)
+            stack.push_async_callback(worker_pool.close)
         http = httpx.AsyncClient(timeout=10)
         stack.push_async_callback(http.aclose)
         system = LocalSystem(databases, mechanisms, api_url, charge_url, charge_faults, api_faults,
-                             Queue(own_pool, mechanisms), http, worker_pool)
+                             Queue(own_pool, mechanisms), http, worker_pool, logs)
+        stack.callback(_kill_all, system.worker_processes)
         try:
             yield system
         finally:
             await system.stop_workers()
+
+
+async def _serve_in_thread(stack: AsyncExitStack, app) -> str:
+    server = LoopbackServer(app)
+    url = await asyncio.to_thread(server.start)
+    stack.callback(server.stop)
+    return url
+
+
+def _off_args(mechanisms: Mechanisms) -> list[str]:
+    """The CLI's spelling of these switches, for a process started over this system."""
+    return ["--off", ",".join(mechanisms.off())] if mechanisms.off() else []
+
+
+def _kill_all(started: list[processes.CliProcess]) -> None:
+    for process in started:
+        process.kill()
 
 
 def fast_settings(**overrides: Any) -> WorkerSettings:

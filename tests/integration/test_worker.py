@@ -75,7 +75,7 @@ async def test_happy_path_every_job_charged_and_finalized_once(databases):
         ids = [await system.submit_http(1000 + i) for i in range(5)]
         worker = system.worker(fast_settings())
         system.start_worker(worker)
-        await system.wait_all_terminal(timeout=10)
+        await system.wait_settled(timeout=10)
         counts = await counts_by_job(system)
     assert set(counts) == set(ids)
     for c in counts.values():
@@ -164,7 +164,7 @@ async def test_a_success_keeps_its_lease_while_its_commit_is_held_back(databases
             return (await system.queue.database_now() - held_since).total_seconds() > 3 * LEASE
         await system.wait_until(three_leases_passed, 10, "three lease lengths")
         release.set()
-        await system.wait_all_terminal(timeout=10)
+        await system.wait_settled(timeout=10)
         counts = await counts_by_job(system)
     assert [abhcf(counts[job_id]) for job_id in ids] == [(1, 1, 1, 1)] * 2
     assert holder.stats.succeeded == 2 and holder.stats.lost_renewals == 0
@@ -207,7 +207,7 @@ async def test_jobs_are_handled_by_kind(databases):
         for kind in ("noop", "mystery"):
             await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, kind=kind))
         system.start_worker(system.worker(fast_settings()))
-        await system.wait_all_terminal(timeout=10)
+        await system.wait_settled(timeout=10)
         outcomes = {c.status: c for c in await system.counts()}
         (mystery,) = await system.queue.list("DEAD")
     assert abhcf(outcomes["SUCCEEDED"]) == (1, 0, 0, 1)
@@ -229,7 +229,7 @@ async def test_a_registered_handler_runs_its_kind(databases):
     async with local_system(databases=databases) as system:
         await system.submit_direct(Submission({"n": 7}, kind="record"))
         system.start_worker(system.worker(fast_settings(), handlers=handlers))
-        await system.wait_all_terminal(timeout=10)
+        await system.wait_settled(timeout=10)
         (job,) = await system.queue.list("SUCCEEDED")
     assert seen == [JobContext(job.id, {"n": 7}, 1, job.idempotency_key)]
 
@@ -330,7 +330,7 @@ async def test_transient_failures_are_retried_until_charged_once(databases):
             await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=20), job_id)
         worker = system.worker(fast_settings())
         system.start_worker(worker)
-        await system.wait_all_terminal(timeout=20)
+        await system.wait_settled(timeout=20)
         counts = await counts_by_job(system)
         attempts = {job_id: await system.queue.attempts_of(job_id) for job_id in ids}
 
@@ -432,7 +432,7 @@ async def test_semaphore_bounds_jobs_in_flight(databases):
         await submit_many(system, 12)
         worker = system.worker(fast_settings(concurrency=3))
         system.start_worker(worker)
-        await system.wait_all_terminal(timeout=20)
+        await system.wait_settled(timeout=20)
         service = await system.charge_stats()
         counts = await system.counts()
     assert worker.stats.in_flight_peak == 3
@@ -447,7 +447,7 @@ async def test_without_semaphore_a_worker_starts_everything_due(databases):
         await submit_many(system, 12)
         worker = system.worker(fast_settings(concurrency=3))
         system.start_worker(worker)
-        await system.wait_all_terminal(timeout=20)
+        await system.wait_settled(timeout=20)
         service = await system.charge_stats()
     assert worker.stats.in_flight_peak == 12
     assert service["in_flight_peak"] > 3
@@ -511,7 +511,7 @@ async def test_worker_counts_its_claims_charges_and_finalizes(databases):
             await system.submit_http(1000 + i)
         worker = system.worker(fast_settings())
         system.start_worker(worker)
-        await system.wait_all_terminal(timeout=20)
+        await system.wait_settled(timeout=20)
         (stats,) = await system.stop_workers()
     assert (stats.charge_calls, stats.finalize_calls, stats.succeeded) == (3, 3, 3)
     assert stats.claim_calls >= 1 and stats.charge_seconds_total > 0 and stats.finalize_seconds_total > 0
