@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-import httpx
 import psycopg
 import pytest
 
@@ -14,6 +13,7 @@ from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.lab import invariants, processes
 from reliableq.lab.faults import FaultPlan
+from reliableq.lab.harness import local_system
 from reliableq.lab.invariants import Check
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
@@ -93,58 +93,44 @@ async def test_fleet_limit_needs_leases(make_queue):
         await make_queue(Mechanisms().without("leases")).claim(1, "w", 30.0, fleet_limit=1)
 
 
-async def _fleet_run(databases, pool, fleet_args: list[str], tmp_path) -> tuple[int, list[Check]]:
+async def _fleet_run(databases, fleet_args: list[str], tmp_path) -> tuple[int, list[Check]]:
     """12 slow jobs, three worker processes of 3 permits each; the first dies by SIGKILL after its first
     charge, holding its slots, before the other two start. Returns the charge service's in-flight peak
     and the invariant checks."""
-    queue = Queue(pool)
-    for i in range(12):
-        await queue.submit(Submission({"amount_cents": 100 + i, "currency": "USD"}))
-    charge, charge_url = await processes.spawn_server(databases, "charge-service", "--latency", "0.3",
-                                                      log_path=tmp_path / "charge.log")
-    workers = []
-    try:
+    async with local_system(databases=databases, servers="processes", api=False, charge_args=["--latency", "0.3"],
+                            worker_pool_size=0, logs=tmp_path) as system:
+        for i in range(12):
+            await system.submit_direct(Submission({"amount_cents": 100 + i, "currency": "USD"}))
         args = ["--concurrency", "3", *fleet_args]
-        workers = [processes.spawn_worker(databases, charge_url, "doomed", 1.0, *args,
-                                          "--crash-at", "after_effect_before_finalize",
-                                          log_path=tmp_path / "doomed.log")]
+        doomed = system.spawn_worker("doomed", 1.0, *args, "--crash-at", "after_effect_before_finalize")
         # The doomed worker must hold slots when it dies: the others start once it has claimed.
-        assert await processes.wait_exit(workers[0], 30) == -9
-        workers += [processes.spawn_worker(databases, charge_url, f"worker-{i}", 1.0, *args,
-                                           log_path=tmp_path / f"worker-{i}.log") for i in (1, 2)]
-
-        async def settled() -> bool:
-            counts = await queue.counts()
-            return counts["SUCCEEDED"] + counts["DEAD"] == 12
-        deadline = asyncio.get_running_loop().time() + 60
-        while not await settled():
-            if asyncio.get_running_loop().time() > deadline:
-                now = await queue.database_now()
-                stuck = [(j.status, j.worker_id, j.attempts, j.lease_expires_at and (j.lease_expires_at - now))
-                         for j in await queue.list() if j.status not in ("SUCCEEDED", "DEAD")]
-                raise AssertionError(f"the fleet did not finish 12 jobs in 60 s; unfinished: {stuck}")
-            await asyncio.sleep(0.05)
-        async with httpx.AsyncClient() as http:
-            peak = (await http.get(f"{charge_url}/v1/stats")).json()["in_flight_peak"]
+        assert await processes.wait_exit(doomed, 30) == -9
+        for i in (1, 2):
+            system.spawn_worker(f"worker-{i}", 1.0, *args)
+        try:
+            await system.wait_settled(timeout=60)
+        except TimeoutError as error:
+            now = await system.queue.database_now()
+            stuck = [(j.status, j.worker_id, j.attempts, j.lease_expires_at and (j.lease_expires_at - now))
+                     for j in await system.queue.list() if j.status not in ("SUCCEEDED", "DEAD")]
+            raise AssertionError(f"{error}; unfinished: {stuck}") from None
+        peak = (await system.charge_stats())["in_flight_peak"]
         return peak, await invariants.check_stored(databases)
-    finally:
-        for process in [*workers, charge]:
-            process.kill()
 
 
 @pytest.mark.slow
-async def test_fleet_limit_holds_across_three_worker_processes_and_a_crash(databases, pool, tmp_path):
+async def test_fleet_limit_holds_across_three_worker_processes_and_a_crash(databases, tmp_path):
     """--fleet-limit 3 over three processes of 3 permits: never more than 3 charges in flight, even
     while a killed worker's slot waits for its lease; every job finishes, each charged once."""
-    peak, checks = await _fleet_run(databases, pool, ["--fleet-limit", "3"], tmp_path)
+    peak, checks = await _fleet_run(databases, ["--fleet-limit", "3"], tmp_path)
     assert peak <= 3
     assert all(check.held for check in checks), [c.line() for c in checks]
 
 
 @pytest.mark.slow
-async def test_without_a_fleet_limit_the_fleet_exceeds_it(databases, pool, tmp_path):
+async def test_without_a_fleet_limit_the_fleet_exceeds_it(databases, tmp_path):
     """The same fleet without the limit: each worker's own permits are the only bound (up to 9)."""
-    peak, _ = await _fleet_run(databases, pool, [], tmp_path)
+    peak, _ = await _fleet_run(databases, [], tmp_path)
     assert peak > 3
 
 

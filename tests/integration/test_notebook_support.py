@@ -3,12 +3,12 @@ the notebooks' widgets render when opened in JupyterLab."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +20,7 @@ from nbformat.sign import NotebookNotary
 import stages
 from reliableq.lab import notebook as nb
 from reliableq.lab.experiment import ScenarioParams, compare
+from reliableq.lab.waiting import wait_until
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -100,17 +101,14 @@ def test_lab_command_serves_the_notebooks_with_the_database_url_set():
     process = subprocess.Popen([sys.executable, "-m", "reliableq", "lab", "--no-browser", "--port", str(port),
                                 "--token", "lab-test"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def contents() -> httpx.Response | None:
+            assert process.poll() is None, process.stdout.read().decode()
             try:
                 response = httpx.get(f"http://127.0.0.1:{port}/api/contents?token=lab-test", timeout=2)
-                if response.status_code == 200:
-                    break
             except httpx.HTTPError:
-                pass
-            assert process.poll() is None, process.stdout.read().decode()
-            assert time.monotonic() < deadline, "JupyterLab did not start within 60 s"
-            time.sleep(0.2)  # polling a server that is starting; it offers nothing to wait on
+                return None  # not listening yet
+            return response if response.status_code == 200 else None
+        response = asyncio.run(wait_until(contents, 60, "JupyterLab to list the notebooks", interval=0.2))
         listed = {item["name"] for item in response.json()["content"]}
         assert "00_start_here.ipynb" in listed
         # Trusted, so JupyterLab renders the saved widgets instead of their text fallback.

@@ -11,6 +11,7 @@ import pytest
 from reliableq.config import Mechanisms
 from reliableq.hooks import SimulatedCrash
 from reliableq.lab.faults import FaultPlan
+from reliableq.lab.waiting import wait_until
 from tests.conftest import stale_and_current, wait_until_lease_ran_out, worker_name
 
 LEASE = 30.0
@@ -48,8 +49,7 @@ async def test_without_skip_locked_two_claimers_take_the_same_job(make_queue, su
     async def claim():
         nonlocal arrivals
         task = asyncio.create_task(queue.claim(1, worker_name(), LEASE))
-        while len(faults.triggered) <= arrivals:
-            await asyncio.sleep(0.005)
+        await wait_until(lambda: len(faults.triggered) > arrivals, 5, "the claim to reach its pause", interval=0.005)
         arrivals += 1
         if arrivals == 2:
             both_read.set()
