@@ -121,13 +121,6 @@ class LocalSystem:
         self.worker_processes.append(worker)
         return worker
 
-    async def start_worker_processes(self, worker_ids: Sequence[str], lease_seconds: float,
-                                     *extra: str) -> list[processes.CliProcess]:
-        """Spawn a worker process per id; returns once every one says it is running."""
-        started = [self.spawn_worker(worker_id, lease_seconds, *extra) for worker_id in worker_ids]
-        await asyncio.gather(*(processes.wait_running(w, WORKER_READY_SECONDS) for w in started))
-        return started
-
     async def stop_worker_processes(self) -> list[dict[str, Any]]:
         """SIGTERM every running worker process; the stats each wrote to its status file as it stopped."""
         running = [w for w in self.worker_processes if w.process.poll() is None]
