@@ -10,6 +10,7 @@ accepted only if every submission in it is; its refusals name the job (`jobs[3]:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,6 @@ from reliableq.config import DEFAULT_MAX_ATTEMPTS, MAX_BATCH_JOBS
 
 DEFAULT_KIND = "charge"
 MAX_ATTEMPTS_LIMIT = 100
-ENVELOPE_FIELDS = ("kind", "max_attempts")
 
 # A kind's payload check: returns the payload to store (defaults filled in), or raises ValueError with a
 # message for the client.
@@ -66,7 +66,46 @@ def parse_submission(data: Any, validators: Mapping[str, Validator]) -> Submissi
         raise
     except ValueError as error:  # a registered check speaks to the client through ValueError
         raise InvalidSubmission(str(error)) from None
-    return Submission(payload=payload, max_attempts=max_attempts, kind=kind)
+    return Submission(payload=storable(payload), max_attempts=max_attempts, kind=kind)
+
+
+def storable(payload: Any) -> dict[str, Any]:
+    """`payload` if PostgreSQL's jsonb can hold it; InvalidSubmission otherwise. Checked for every kind,
+    whatever its own check let through: a row the database refuses would fail the whole group of
+    submissions committed with it."""
+    if not isinstance(payload, dict):
+        raise InvalidSubmission(f"payload must be a JSON object, got {type(payload).__name__}")
+    try:
+        json.dumps(payload, allow_nan=False)  # jsonb has no NaN or Infinity
+    except ValueError:
+        raise InvalidSubmission("payload numbers must be finite") from None
+    for text in _texts(payload):
+        if not storable_text(text):
+            raise InvalidSubmission("payload text must be valid UTF-8 without NUL characters")
+    return payload
+
+
+def _texts(value: Any):
+    """Every string in a decoded JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+
+
+def storable_text(text: str) -> bool:
+    """Whether PostgreSQL can store `text`: no NUL, and no lone surrogates (they decode from JSON
+    escapes but cannot be encoded as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def parse_batch(data: Any, validators: Mapping[str, Validator]) -> list[Submission]:

@@ -11,21 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from reliableq.payload import InvalidSubmission, positive_int
+from reliableq.payload import InvalidSubmission, positive_int, storable_text
 
 MAX_AMOUNT_CENTS = 10**12  # fits a bigint with room; larger is a typo, not a charge
 MAX_DESCRIPTION_CHARS = 200
 CHARGE_FIELDS = ("amount_cents", "currency", "description")
 _CURRENCY = re.compile(r"[A-Z]{3}")
-
-
-def _encodable(text: str) -> bool:
-    # Lone surrogates decode from JSON escapes but cannot be stored as UTF-8.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_charge(fields: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +36,7 @@ def check_charge(fields: dict[str, Any]) -> dict[str, Any]:
         description = fields["description"]
         if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
             raise InvalidSubmission(f"description must be text of at most {MAX_DESCRIPTION_CHARS} characters")
-        if "\x00" in description or not _encodable(description):
+        if not storable_text(description):
             raise InvalidSubmission("description must be valid UTF-8 text without NUL characters")
         payload["description"] = description
     return payload

@@ -200,6 +200,12 @@ BAD_SUBMISSIONS = [
                  "kind: unknown job kind 'mystery'; known: charge, noop", id="kind-unknown"),
     pytest.param({"kind": ["charge"], "amount_cents": 1250}, 422, "kind must be text", id="kind-a-list"),
     pytest.param({"kind": "noop", "max_attempts": 0}, 422, "max_attempts", id="kind-noop-bad-budget"),
+    # A kind that takes any payload still gets only what jsonb can store (a refused row would fail its group).
+    pytest.param({"kind": "noop", "note": "a\u0000b"}, 422, "NUL", id="noop-nul"),
+    pytest.param({"kind": "noop", "\u0000": 1}, 422, "NUL", id="noop-nul-key"),
+    pytest.param({"kind": "noop", "note": ["\ud800"]}, 422, "UTF-8", id="noop-surrogate"),
+    pytest.param(b'{"kind": "noop", "x": NaN}', 422, "finite", id="noop-nan"),
+    pytest.param(b'{"kind": "noop", "x": 1e400}', 422, "finite", id="noop-overflow"),
     pytest.param({"amount_cents": 1250, "description": 7}, 422, "description", id="description-number"),
     pytest.param({"amount_cents": 1250, "description": "x" * 201}, 422, "description", id="description-too-long"),
     pytest.param({"amount_cents": 1250, "max_attempts": 0}, 422, "max_attempts", id="max-attempts-zero"),

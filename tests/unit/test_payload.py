@@ -48,11 +48,19 @@ def test_the_kind_chooses_the_check():
     ({"kind": "mystery"}, "kind: unknown job kind 'mystery'; known: charge, noop"),
     ({"kind": 3}, "kind must be text"),
     ({"kind": "noop", "max_attempts": "3"}, "max_attempts must be an integer"),
+    ({"kind": "noop", "x": {"y": "a\x00"}}, "NUL"),
+    ({"kind": "noop", "x": float("nan")}, "finite"),
 ])
 def test_bad_submissions_are_refused_with_the_field_named(body, fragment):
     """Each refusal names the field and what is wrong."""
     with pytest.raises(InvalidSubmission, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         parse(body)
+
+
+def test_a_check_that_returns_no_object_is_refused():
+    """A kind's check must hand back a JSON object; anything else is refused, never stored."""
+    with pytest.raises(InvalidSubmission, match="payload must be a JSON object, got list"):
+        parse_submission({"kind": "listy"}, {"listy": lambda fields: [fields]})
 
 
 def test_a_batch_names_the_refused_job():
