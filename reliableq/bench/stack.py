@@ -24,9 +24,10 @@ from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Window
 from reliableq.bench.runner import Bench
 from reliableq.lab import processes
-from reliableq.lab.harness import WORKER_READY_SECONDS, LocalSystem, local_system
+from reliableq.lab.harness import LocalSystem, local_system
 
 _Q = sql.queries("bench")
+WORKER_READY_SECONDS = 30.0
 
 
 @asynccontextmanager

@@ -5,6 +5,6 @@
     payload   what a charge job's payload holds: one check, run by the API and by the service
     handler   the `charge` kind's handler, and the stock kinds (`charge`, `noop`) a worker and an API know
 
-The charge layer uses the core's database helpers and SQL loader; it never imports the lab, the bench
-or the CLI.
+The charge layer uses the core's database helpers, SQL loader, submission envelope and handler registry;
+it never imports the lab, the bench or the CLI.
 """

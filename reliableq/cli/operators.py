@@ -71,9 +71,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _what(job) -> str:
-    """A job's kind and payload in a few words: a charge by its amount, another kind by its payload."""
-    if job.kind == "charge":
-        return f"charge {job.payload['amount_cents'] / 100:.2f} {job.payload['currency']}"
+    """A job's kind and payload in a few words: a charge by its amount, anything else (another kind, or a
+    charge row written past the API) by its payload."""
+    amount, currency = job.payload.get("amount_cents"), job.payload.get("currency")
+    if job.kind == "charge" and isinstance(amount, int) and isinstance(currency, str):
+        return f"charge {amount / 100:.2f} {currency}"
     shown = json.dumps(job.payload, ensure_ascii=False) if job.payload else ""
     return f"{job.kind} {shown[:60]}".rstrip()
 

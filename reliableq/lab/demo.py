@@ -52,7 +52,7 @@ async def crash_after_charge(mechanisms: Mechanisms = Mechanisms()) -> CrashReco
         first = await system.worker(settings.with_id("worker-1"), faults).run()
         crashed = time.monotonic()
         system.start_worker(system.worker(settings.with_id("worker-2")))
-        await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=30)
+        await system.wait_settled([job_id], timeout=30)
         recovery = time.monotonic() - crashed
         (counts,) = await system.counts()
     return CrashRecovery(mechanisms, counts, first.crashed_at or "nowhere", recovery)

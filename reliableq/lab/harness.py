@@ -40,7 +40,6 @@ from reliableq.servers import LoopbackServer
 from reliableq.worker import Worker, WorkerStats
 
 SETTLED_STATUSES = frozenset({"SUCCEEDED", "DEAD"})
-WORKER_READY_SECONDS = 30.0
 
 
 @dataclass
@@ -142,18 +141,27 @@ class LocalSystem:
         return await self.queue.get(job_id)
 
     async def wait_settled(self, job_ids: Sequence[uuid.UUID] | None = None, timeout: float = 60.0) -> None:
-        """Until every job (or every one of `job_ids`) is SUCCEEDED or DEAD. Raises at once if this system
-        ran worker processes and every one has exited: nobody is left to settle anything."""
+        """Until every job (or every one of `job_ids`) is SUCCEEDED or DEAD. Raises RuntimeError at once if
+        nobody is left to settle them (every worker process exited, no in-process worker runs)."""
         async def settled() -> bool:
-            if self.worker_processes and all(w.process.poll() is not None for w in self.worker_processes):
-                raise RuntimeError(f"every worker process exited before the run settled: {await self.queue.counts()}")
             if job_ids is None:
                 counts = await self.queue.counts()
-                return counts["PENDING"] == 0 and counts["RUNNING"] == 0
-            jobs = [await self.queue.get(job_id) for job_id in job_ids]
-            return all(job is not None and job.status in SETTLED_STATUSES for job in jobs)
+                done = counts["PENDING"] == 0 and counts["RUNNING"] == 0
+            else:
+                jobs = [await self.queue.get(job_id) for job_id in job_ids]
+                done = all(job is not None and job.status in SETTLED_STATUSES for job in jobs)
+            if not done and self._everyone_stopped():
+                raise RuntimeError(f"every worker stopped before the run settled: {await self.queue.counts()}")
+            return done
         what = "every job" if job_ids is None else f"{len(job_ids)} job(s)"
         await self.wait_until(settled, timeout, f"{what} to be SUCCEEDED or DEAD")
+
+    def _everyone_stopped(self) -> bool:
+        """Whether every worker process of this system exited and no in-process worker runs, so nothing
+        can settle a job. Never while it has spawned no process: in-process workers come and go (the
+        chaos supervisor restarts crashed ones), and a test may run its own."""
+        return (bool(self.worker_processes) and all(w.process.poll() is not None for w in self.worker_processes)
+                and all(task.done() for task in self._tasks))
 
     async def counts(self) -> list[JobCounts]:
         return await job_counts(self.databases)
@@ -180,6 +188,8 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
     in_threads = servers == "threads"
     if not in_threads and (charge_faults is not None or api_faults is not None):
         raise ValueError("server processes take their faults as charge_args, not live fault objects")
+    if in_threads and charge_args:
+        raise ValueError("an in-process charge service takes its faults as charge_faults, not charge_args")
     api_faults = api_faults or FaultPlan()
     if in_threads:
         charge_faults = charge_faults or ChargeFaults()
@@ -197,13 +207,16 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
             if api:
                 api_url = await _serve_in_thread(stack, create_api_app(databases.queue_url, mechanisms, api_faults))
         else:
-            spawned = {name: processes.spawn_server(databases, command, *args,
-                                                    log_path=logs / f"{name}.log" if logs else None)
-                       for name, command, args, wanted in (("charge", "charge-service", charge_args, charge),
-                                                           ("api", "api", _off_args(mechanisms), api)) if wanted}
-            for name, (server, url) in zip(spawned, await asyncio.gather(*spawned.values()), strict=True):
+            # One after the other: a server that fails to start is killed by spawn_server, and every
+            # one started before it is in `started` for the exit to kill.
+            if charge:
+                server, charge_url = await processes.spawn_server(
+                    databases, "charge-service", *charge_args, log_path=logs / "charge.log" if logs else None)
                 started.append(server)
-                charge_url, api_url = (url, api_url) if name == "charge" else (charge_url, url)
+            if api:
+                server, api_url = await processes.spawn_server(
+                    databases, "api", *_off_args(mechanisms), log_path=logs / "api.log" if logs else None)
+                started.append(server)
         own_pool = await db.open_pool_checked(databases.queue_url, max_size=4)
         stack.push_async_callback(own_pool.close)
         worker_pool = None

@@ -133,7 +133,7 @@ async def spawn_server(databases: Databases, command: str, *extra: str, log_path
                 return False  # not listening yet
         try:
             await wait_until(healthy, timeout, f"{command} to answer /healthz", interval=0.05)
-        except TimeoutError:
+        except BaseException:  # a timeout, and a caller's cancellation too: never leave it running
             server.kill()
             raise
     return server, url

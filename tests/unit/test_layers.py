@@ -12,8 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reliableq", "stages")
 
-# Which layers each layer may import (its own included). The core imports the charge layer's client
-# because the worker runs charge jobs and the API answers with a job's charge key.
+# Which layers each layer may import (its own included). The core imports the charge layer because the
+# API answers with a job's charge key and accepts the stock kinds (`charge.handler.STANDARD_VALIDATORS`).
 MAY_IMPORT = {
     "core": {"core", "charge"},
     "charge": {"core", "charge"},
