@@ -47,7 +47,7 @@ class Mechanisms:
     def with_flags(self, **flags: bool) -> Mechanisms:
         unknown = set(flags) - set(self.names())
         if unknown:
-            raise ValueError(f"unknown mechanism(s) {', '.join(sorted(unknown))}")
+            raise ValueError(f"unknown mechanism(s) {', '.join(sorted(unknown))}; known: {', '.join(self.names())}")
         return replace(self, **flags)
 
     def off(self) -> list[str]:

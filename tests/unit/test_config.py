@@ -14,7 +14,7 @@ def test_mechanisms_are_ordered_and_switchable():
     assert Mechanisms.up_to("leases").off() == ["fencing", "idempotency", "backoff", "dead", "semaphore"]
     assert Mechanisms.up_to(None) == Mechanisms.all_off()
     assert Mechanisms.up_to("semaphore") == Mechanisms()
-    with pytest.raises(ValueError, match="unknown mechanism"):
+    with pytest.raises(ValueError, match="unknown mechanism.s. speed; known: commit_before_ack, skip_locked, "):
         Mechanisms().without("speed")
 
 
