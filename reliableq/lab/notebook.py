@@ -1,22 +1,17 @@
-"""What the notebooks call: tables, charts, the live scenario panel and the self-checks.
+"""What the notebooks show: tables, charts and banners (their widgets are reliableq/lab/panels.py).
 
 Notebooks hold narrative and calls; everything they compute or draw is here, where it is tested. The
 tables are pandas DataFrames of A/H/C/F per job; the charts are matplotlib figures (counts side by side,
-and a timeline of workers, leases, crashes and finalizations); the widgets are ipywidgets that re-run a
-stage's scenario with the switches and knobs a learner picks. Nothing here decides what a job is.
+and a timeline of workers, leases, crashes and finalizations). Nothing here decides what a job is.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import ipywidgets as widgets
 import matplotlib
 
 matplotlib.use(os.environ.get("MPLBACKEND") or "agg")  # notebooks switch to inline themselves
@@ -25,10 +20,8 @@ import pandas as pd  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db
-from reliableq.config import Mechanisms  # noqa: E402
-from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos  # noqa: E402
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, Stage
-from reliableq.lab.faults import CRASH_POINTS  # noqa: E402
+from reliableq.lab.chaos import ChaosReport  # noqa: E402
+from reliableq.lab.experiment import ScenarioResult
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}
@@ -140,96 +133,6 @@ def show(*results: ScenarioResult) -> None:
             display(view)
 
 
-class ScenarioPanel:
-    """Widgets to re-run a stage's scenario live: every mechanism switch, and the scenario's knobs."""
-
-    def __init__(self, stage: Stage, params: ScenarioParams = ScenarioParams()) -> None:
-        self.stage = stage
-        initial = stage.mechanisms(True)
-        self.switches = {name: widgets.Checkbox(value=getattr(initial, name), description=name, indent=False)
-                         for name in Mechanisms.names()}
-        self.lease = widgets.FloatSlider(value=params.lease_seconds, min=0.5, max=3.0, step=0.25,
-                                         description="lease (s)")
-        self.crash_point = widgets.Dropdown(options=[("stage default", None)] + [(p, p) for p in CRASH_POINTS[:3]],
-                                            value=params.crash_point, description="crash at")
-        self.failure_rate = widgets.FloatSlider(value=params.failure_rate, min=0.0, max=1.0, step=0.05,
-                                                description="failure rate")
-        self.concurrency = widgets.IntSlider(value=params.concurrency, min=1, max=8, description="concurrency")
-        self.jobs = widgets.IntSlider(value=params.jobs, min=1, max=8, description="jobs")
-        self.seed = widgets.IntText(value=params.seed, description="seed")
-        self.button = widgets.Button(description="Run scenario", button_style="primary", icon="play")
-        self.output = widgets.Output()
-        self.last_result: ScenarioResult | None = None
-        self.button.on_click(lambda _: asyncio.ensure_future(self.run()))
-        switches = widgets.HBox([widgets.VBox(list(self.switches.values())[:4]),
-                                 widgets.VBox(list(self.switches.values())[4:])])
-        knobs = widgets.VBox([self.lease, self.crash_point, self.failure_rate, self.concurrency, self.jobs, self.seed])
-        self.widget = widgets.VBox([widgets.HTML(f"<b>Stage {stage.NAME}</b>: {stage.FAILURE}"),
-                                    widgets.HBox([switches, knobs]), self.button, self.output])
-
-    def mechanisms(self) -> Mechanisms:
-        return Mechanisms(**{name: box.value for name, box in self.switches.items()})
-
-    def params(self) -> ScenarioParams:
-        return ScenarioParams(seed=self.seed.value, jobs=self.jobs.value, lease_seconds=self.lease.value,
-                              crash_point=self.crash_point.value, failure_rate=self.failure_rate.value,
-                              concurrency=self.concurrency.value, mechanisms=self.mechanisms())
-
-    async def run(self) -> ScenarioResult:
-        """Run the scenario with the panel's settings and show the result in the panel."""
-        self.button.disabled = True
-        self.output.clear_output()
-        # append_* rather than `with output:`, which captures only inside a kernel's cell execution.
-        self.output.append_stdout(f"running {self.stage.NAME} with {self.mechanisms().describe()} ...\n")
-        try:
-            mechanism_on = True if self.stage.MECHANISM is None else self.switches[self.stage.MECHANISM].value
-            result = await self.stage.scenario(mechanism_on, self.params())
-        except Exception as error:
-            self.output.append_stdout(f"the scenario failed: {error}\n")
-            raise
-        finally:
-            self.button.disabled = False
-        self.last_result = result
-        self.output.clear_output()
-        for view in views(result):
-            if isinstance(view, str):
-                self.output.append_stdout(view + "\n")
-            else:
-                self.output.append_display_data(view)
-        return result
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-
-class SelfCheck:
-    """A 'predict, then run' question: pick an answer, press Check, read why."""
-
-    def __init__(self, question: str, options: Sequence[str], answer: str, why: str) -> None:
-        if answer not in options:
-            raise ValueError("the answer must be one of the options")
-        self.answer, self.why = answer, why
-        self.choice = widgets.RadioButtons(options=list(options), value=None, layout={"width": "max-content"})
-        self.button = widgets.Button(description="Check")
-        self.feedback = widgets.HTML()
-        self.button.on_click(lambda _: self.check())
-        self.widget = widgets.VBox([widgets.HTML(f"<b>Predict:</b> {question}"), self.choice, self.button,
-                                    self.feedback])
-
-    def check(self) -> bool:
-        correct = self.choice.value == self.answer
-        if self.choice.value is None:
-            self.feedback.value = "Pick an answer first."
-        elif correct:
-            self.feedback.value = f"✅ Right. {self.why}"
-        else:
-            self.feedback.value = f"❌ Not quite: the answer is <i>{self.answer}</i>. {self.why}"
-        return correct
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-
 def plot_retry_schedule(result: ScenarioResult) -> plt.Figure:
     """Backoff: the delay each job actually waited before each retry, against that retry's cap."""
     # One column per job; jobs may have retried a different number of times.
@@ -253,33 +156,6 @@ def plot_measurement(key: str, *results: ScenarioResult, ylabel: str, title: str
 def checks_table(report: ChaosReport) -> pd.DataFrame:
     """A chaos report's invariants and whether each held."""
     return pd.DataFrame([{"name": c.name, "held": c.held} for c in report.checks])
-
-
-class ChaosPanel:
-    """Pick a mechanism to switch off and run the chaos suite; the report appears in the panel."""
-
-    def __init__(self, config: ChaosConfig) -> None:
-        self.config = config
-        self.mechanism = widgets.Dropdown(options=Mechanisms.names(), value="fencing", description="switch off")
-        self.button = widgets.Button(description="Run chaos", button_style="primary", icon="play")
-        self.output = widgets.Output()
-        self.button.on_click(lambda _: asyncio.ensure_future(self.run()))
-        self.widget = widgets.VBox([self.mechanism, self.button, self.output])
-
-    async def run(self) -> ChaosReport:
-        self.button.disabled = True
-        self.output.clear_output()
-        self.output.append_stdout(f"running chaos with {self.mechanism.value} off ...\n")
-        try:
-            report = await run_chaos(replace(self.config, mechanisms=Mechanisms().without(self.mechanism.value)))
-        finally:
-            self.button.disabled = False
-        self.output.clear_output()
-        self.output.append_stdout(report.text() + "\n")
-        return report
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
 
 
 def latest_bench(root: Path | None = None) -> dict[str, Any] | None:

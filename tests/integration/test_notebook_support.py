@@ -19,6 +19,7 @@ from nbformat.sign import NotebookNotary
 
 import stages
 from reliableq.lab import notebook as nb
+from reliableq.lab import panels
 from reliableq.lab.experiment import ScenarioParams, compare
 from reliableq.lab.waiting import wait_until
 
@@ -42,7 +43,7 @@ async def test_tables_and_charts_show_the_counts_before_and_after():
 
 async def test_scenario_panel_runs_with_the_switches_a_learner_picked():
     """Unticking idempotency in the panel and pressing Run charges twice; the result is shown in the panel."""
-    panel = nb.ScenarioPanel(stages.get("idempotency"), ScenarioParams(seed=1, jobs=2))
+    panel = panels.ScenarioPanel(stages.get("idempotency"), ScenarioParams(seed=1, jobs=2))
     assert panel.switches["idempotency"].value is True
     panel.switches["idempotency"].value = False
     panel.lease.value = 0.5
@@ -52,9 +53,23 @@ async def test_scenario_panel_runs_with_the_switches_a_learner_picked():
     assert panel.output.outputs and not panel.button.disabled
 
 
+async def test_a_second_run_replaces_the_first_in_the_panel():
+    """Run with idempotency off, then on: the panel shows the second result only, with one summary."""
+    panel = panels.ScenarioPanel(stages.get("idempotency"), ScenarioParams(seed=1, jobs=1))
+    panel.switches["idempotency"].value = False
+    first = await panel.run()
+    panel.switches["idempotency"].value = True
+    second = await panel.run()
+    printed = "".join(o["text"] for o in panel.output.outputs if o["output_type"] == "stream")
+    assert first.violations() and not second.violations()
+    assert printed.count("Stage idempotency") == 1 and "idempotency on" in printed
+    assert len(panel.output.outputs) == len(nb.views(second))
+    assert "done in" in panel.status.value
+
+
 def test_self_check_says_whether_the_prediction_was_right():
     """A wrong pick shows the answer and why; the right pick says so."""
-    check = nb.SelfCheck("How many charges?", ["1", "2"], "2", "The retry sent no key.")
+    check = panels.SelfCheck("How many charges?", ["1", "2"], "2", "The retry sent no key.")
     check.choice.value = "1"
     assert check.check() is False and "2" in check.feedback.value
     check.choice.value = "2"

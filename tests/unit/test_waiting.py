@@ -3,9 +3,11 @@ it waited for when the deadline passes."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from reliableq.lab.waiting import wait_until
+from reliableq.lab.waiting import Watch, wait_until, watching
 
 
 async def test_returns_the_first_truthy_value_of_a_plain_or_async_condition():
@@ -27,3 +29,20 @@ async def test_an_error_in_the_condition_ends_the_wait():
         raise RuntimeError("worker exited")
     with pytest.raises(RuntimeError, match="worker exited"):
         await wait_until(broken, 5, "anything")
+
+
+async def test_a_watched_run_reports_what_it_waits_for():
+    """Work run under `watching` writes each wait into the watch while it lasts, and clears it after."""
+    watch = Watch()
+    release = asyncio.Event()
+
+    async def work() -> None:
+        await wait_until(release.is_set, 5, "the release", interval=0.01)
+    task = asyncio.create_task(work(), context=watching(watch))
+    await wait_until(lambda: watch.what == "the release", 5, "the watch to see the wait", interval=0.01)
+    assert watch.timeout == 5
+    release.set()
+    await task
+    assert watch.what is None
+    await wait_until(lambda: True, 1, "an unwatched wait")
+    assert watch.what is None  # a wait outside the watched work reports nowhere

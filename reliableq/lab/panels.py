@@ -1,0 +1,213 @@
+"""The notebooks' interactive pieces: a panel that re-runs a stage's scenario, one that runs the chaos
+suite, and the "predict, then run" check.
+
+A panel shows exactly one result, right under its buttons: a new run replaces the last. While a run is
+going, a status line says what it runs, for how long, and the wait under way with its deadline; Stop
+ends the run, and its system is torn down as after any run (workers stopped, servers closed, scratch
+databases dropped). A run that fails says, in one line, how long it really ran and why — never a
+traceback. What this does not do: decide anything about a job; it calls the stages and the chaos suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import ipywidgets as widgets
+from IPython.display import display
+
+from reliableq.config import Mechanisms
+from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
+from reliableq.lab.experiment import ScenarioParams, ScenarioResult, Stage
+from reliableq.lab.faults import CRASH_POINTS
+from reliableq.lab.notebook import views
+from reliableq.lab.waiting import Watch, watching
+
+TICK_SECONDS = 0.5  # how often the status line of a run in progress is redrawn
+STAGE_DEFAULT = "stage default"  # the crash-point choice that leaves the stage's own story alone
+
+
+class RunPanel:
+    """A Run button, a Stop button, a live status line and one result; subclasses say what a run is
+    (`describe`), do it (`work`) and show its result (`show`)."""
+
+    def __init__(self, header: widgets.Widget, controls: widgets.Widget, run_label: str) -> None:
+        self.button = widgets.Button(description=run_label, button_style="primary", icon="play")
+        self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
+        self.status = widgets.HTML()
+        self.output = widgets.Output()
+        self._work: asyncio.Task | None = None
+        self.button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.widget = widgets.VBox([header, controls, widgets.HBox([self.button, self.stop_button]),
+                                    self.status, self.output])
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    async def work(self) -> Any:
+        raise NotImplementedError
+
+    def show(self, result: Any) -> None:
+        raise NotImplementedError
+
+    def start(self) -> asyncio.Task:
+        """What the Run button does: run in the background; the panel itself reports how it ended."""
+        task = asyncio.ensure_future(self.run())
+        task.add_done_callback(_reported)
+        return task
+
+    def stop(self) -> None:
+        if self._work is not None:
+            self._work.cancel()
+
+    async def run(self) -> Any:
+        """One run with the panel's current settings; its result replaces the last. Returns the result;
+        raises what ended the run, after the status line has said it."""
+        what = self.describe()
+        watch, began = Watch(), time.monotonic()
+        # Reset the synced outputs themselves: clear_output() works only inside a cell's execution, and a
+        # button's callback runs outside one, so the old result used to stay above the new.
+        self.output.outputs = ()
+        self.button.disabled, self.stop_button.disabled = True, False
+        self._work = asyncio.create_task(self.work(), context=watching(watch))
+        ticker = asyncio.create_task(self._tick(what, watch, began))
+        try:
+            result = await self._work
+        except asyncio.CancelledError:
+            self.status.value = _line("⏹", f"stopped after {time.monotonic() - began:.0f} s: {what}")
+            raise
+        except Exception as error:  # the learner reads it here; the kernel must not print a traceback
+            self.status.value = _line("❌", f"{what} gave up after {time.monotonic() - began:.0f} s: {error}")
+            raise
+        finally:
+            ticker.cancel()
+            self._work = None
+            self.button.disabled, self.stop_button.disabled = False, True
+        self.status.value = _line("✔", f"{what}: done in {time.monotonic() - began:.1f} s")
+        self.show(result)
+        return result
+
+    async def _tick(self, what: str, watch: Watch, began: float) -> None:
+        while True:
+            now = time.monotonic()
+            waiting = (f"; waiting for {watch.what} ({now - watch.since:.0f} s of at most {watch.timeout:g} s)"
+                       if watch.what else "")
+            self.status.value = _line("⏳", f"running {what}: {now - began:.0f} s{waiting}")
+            await asyncio.sleep(TICK_SECONDS)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+def _line(mark: str, text: str) -> str:
+    # Wrapped at spaces, never inside a word.
+    return f'<div style="word-break: normal; overflow-wrap: normal">{mark} {html.escape(text)}</div>'
+
+
+def _reported(task: asyncio.Task) -> None:
+    """Mark a panel run's outcome as seen: its status line already says how it ended."""
+    if not task.cancelled():
+        task.exception()
+
+
+class ScenarioPanel(RunPanel):
+    """Re-run a stage's scenario live: every mechanism switch, and the scenario's knobs."""
+
+    def __init__(self, stage: Stage, params: ScenarioParams = ScenarioParams()) -> None:
+        self.stage = stage
+        initial = stage.mechanisms(True)
+        self.switches = {name: widgets.Checkbox(value=getattr(initial, name), description=name, indent=False)
+                         for name in Mechanisms.names()}
+        self.lease = widgets.FloatSlider(value=params.lease_seconds, min=0.5, max=3.0, step=0.25,
+                                         description="lease (s)")
+        # A string, not None, for the default: a Dropdown shows a None value as a blank box.
+        self.crash_point = widgets.Dropdown(options=[STAGE_DEFAULT, *CRASH_POINTS[:3]],
+                                            value=params.crash_point or STAGE_DEFAULT, description="crash at")
+        self.failure_rate = widgets.FloatSlider(value=params.failure_rate, min=0.0, max=1.0, step=0.05,
+                                                description="failure rate")
+        self.concurrency = widgets.IntSlider(value=params.concurrency, min=1, max=8, description="concurrency")
+        self.jobs = widgets.IntSlider(value=params.jobs, min=1, max=8, description="jobs")
+        self.seed = widgets.IntText(value=params.seed, description="seed")
+        self.last_result: ScenarioResult | None = None
+        switches = widgets.HBox([widgets.VBox(list(self.switches.values())[:4]),
+                                 widgets.VBox(list(self.switches.values())[4:])])
+        knobs = widgets.VBox([self.lease, self.crash_point, self.failure_rate, self.concurrency, self.jobs, self.seed])
+        super().__init__(widgets.HTML(f"<b>Stage {stage.NAME}</b>: {html.escape(stage.FAILURE)}"),
+                         widgets.HBox([switches, knobs]), "Run scenario")
+
+    def mechanisms(self) -> Mechanisms:
+        return Mechanisms(**{name: box.value for name, box in self.switches.items()})
+
+    def params(self) -> ScenarioParams:
+        crash_point = None if self.crash_point.value == STAGE_DEFAULT else self.crash_point.value
+        return ScenarioParams(seed=self.seed.value, jobs=self.jobs.value, lease_seconds=self.lease.value,
+                              crash_point=crash_point, failure_rate=self.failure_rate.value,
+                              concurrency=self.concurrency.value, mechanisms=self.mechanisms())
+
+    def describe(self) -> str:
+        return f"stage {self.stage.NAME} with {self.mechanisms().describe()}"
+
+    async def work(self) -> ScenarioResult:
+        mechanism_on = True if self.stage.MECHANISM is None else self.switches[self.stage.MECHANISM].value
+        return await self.stage.scenario(mechanism_on, self.params())
+
+    def show(self, result: ScenarioResult) -> None:
+        self.last_result = result
+        # append_* rather than `with output:`, which captures only inside a kernel's cell execution.
+        for view in views(result):
+            if isinstance(view, str):
+                self.output.append_stdout(view + "\n")
+            else:
+                self.output.append_display_data(view)
+
+
+class ChaosPanel(RunPanel):
+    """Pick a mechanism to switch off and run the chaos suite; its report appears in the panel."""
+
+    def __init__(self, config: ChaosConfig) -> None:
+        self.config = config
+        self.mechanism = widgets.Dropdown(options=Mechanisms.names(), value="fencing", description="switch off")
+        super().__init__(widgets.HTML("<b>Chaos</b>: seeded crashes, pauses and outages, every invariant checked"),
+                         self.mechanism, "Run chaos")
+
+    def describe(self) -> str:
+        return f"chaos with {self.mechanism.value} off"
+
+    async def work(self) -> ChaosReport:
+        return await run_chaos(replace(self.config, mechanisms=Mechanisms().without(self.mechanism.value)))
+
+    def show(self, report: ChaosReport) -> None:
+        self.output.append_stdout(report.text() + "\n")
+
+
+class SelfCheck:
+    """A 'predict, then run' question: pick an answer, press Check, read why."""
+
+    def __init__(self, question: str, options: Sequence[str], answer: str, why: str) -> None:
+        if answer not in options:
+            raise ValueError("the answer must be one of the options")
+        self.answer, self.why = answer, why
+        self.choice = widgets.RadioButtons(options=list(options), value=None, layout={"width": "max-content"})
+        self.button = widgets.Button(description="Check")
+        self.feedback = widgets.HTML()
+        self.button.on_click(lambda _: self.check())
+        self.widget = widgets.VBox([widgets.HTML(f"<b>Predict:</b> {question}"), self.choice, self.button,
+                                    self.feedback])
+
+    def check(self) -> bool:
+        correct = self.choice.value == self.answer
+        if self.choice.value is None:
+            self.feedback.value = "Pick an answer first."
+        elif correct:
+            self.feedback.value = f"✅ Right. {self.why}"
+        else:
+            self.feedback.value = f"❌ Not quite: the answer is <i>{self.answer}</i>. {self.why}"
+        return correct
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)

@@ -1,0 +1,88 @@
+"""The notebook panels' run loop (reliableq/lab/panels.py), with stand-in scenarios that wait on events
+so every state is reached on purpose: the live status line, Stop, and a failure said in one line."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from reliableq.config import Mechanisms
+from reliableq.lab.experiment import ScenarioParams
+from reliableq.lab.panels import STAGE_DEFAULT, ScenarioPanel
+from reliableq.lab.waiting import wait_until
+
+
+class WaitingStage:
+    """A stage whose scenario waits (through the one wait helper) for `release`, then fails or hangs."""
+    NAME, MECHANISM, FAILURE, INVARIANT = "waiting", None, "nothing happens", "none"
+
+    def __init__(self, timeout: float = 30.0) -> None:
+        self.release = asyncio.Event()
+        self.timeout = timeout
+        self.params: ScenarioParams | None = None
+
+    def mechanisms(self, on: bool) -> Mechanisms:
+        return Mechanisms.all_off()
+
+    async def scenario(self, on: bool = True, params: ScenarioParams = ScenarioParams()):
+        self.params = params
+        await wait_until(self.release.is_set, self.timeout, "the release of the stand-in", interval=0.01)
+        raise RuntimeError("the stand-in has no result to show")
+
+
+async def status_says(panel: ScenarioPanel, text: str) -> None:
+    await wait_until(lambda: text in panel.status.value, 5, f"the status line to say {text!r}", interval=0.01)
+
+
+async def test_a_running_panel_says_what_it_waits_for_and_for_how_long():
+    """While a run waits, the status line names the run, its elapsed seconds and the wait with its deadline;
+    Run is disabled and Stop enabled until it ends."""
+    stage = WaitingStage()
+    panel = ScenarioPanel(stage)
+    run = panel.start()
+    await status_says(panel, "waiting for the release of the stand-in")
+    assert "running stage waiting with" in panel.status.value and "of at most 30 s" in panel.status.value
+    assert panel.button.disabled and not panel.stop_button.disabled
+    stage.release.set()
+    with pytest.raises(RuntimeError):
+        await run
+    assert not panel.button.disabled and panel.stop_button.disabled
+
+
+async def test_stop_ends_the_run_and_says_so():
+    """Stop cancels the scenario (its system is torn down as after any run) and the panel can run again."""
+    panel = ScenarioPanel(WaitingStage())
+    run = panel.start()
+    await status_says(panel, "waiting for")
+    panel.stop()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert "stopped after" in panel.status.value
+    assert not panel.button.disabled and panel.stop_button.disabled
+
+
+async def test_a_timeout_says_how_long_the_run_really_took_and_what_it_waited_for():
+    """One line: the run, the time it ran, and the wait's own words; no traceback in the panel."""
+    panel = ScenarioPanel(WaitingStage(timeout=0.1))
+    with pytest.raises(TimeoutError):
+        await panel.run()
+    assert "gave up after 0 s: timed out after 0.1s waiting for the release of the stand-in" in panel.status.value
+    assert panel.output.outputs == ()
+
+
+async def test_the_button_path_reports_in_the_panel_only():
+    """A run started by the button that fails leaves its error in the status line, not in the event loop's
+    'exception never retrieved' log."""
+    panel = ScenarioPanel(WaitingStage(timeout=0.05))
+    run = panel.start()
+    await status_says(panel, "gave up")
+    assert run.done() and isinstance(run.exception(), TimeoutError)
+
+
+def test_the_crash_point_dropdown_names_the_stage_default():
+    """The default crash point is shown by name (a None value showed an empty box) and means 'none given'."""
+    panel = ScenarioPanel(WaitingStage())
+    assert panel.crash_point.value == STAGE_DEFAULT and panel.params().crash_point is None
+    panel.crash_point.value = "after_claim_before_effect"
+    assert panel.params().crash_point == "after_claim_before_effect"
