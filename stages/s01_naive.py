@@ -9,12 +9,29 @@ of those assumptions and adds the mechanism that survives it.
 from __future__ import annotations
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "naive"
 MECHANISM = None
 FAILURE = "none staged: on the happy path even the naive queue charges and finalizes each job once"
 INVARIANT = "every submitted job ends SUCCEEDED with A=H=C=F=1"
+PREDICTION = Prediction(
+    question=(
+        "Every mechanism off, one worker, nothing failing. Then the same four jobs on the full system, every "
+        "mechanism on. How do the two tables compare?"
+    ),
+    options=[
+        "The naive queue charges at least one job twice",
+        "The full system shows more attempts (A), because of its extra machinery",
+        "They are identical: A = H = C = F = 1 for every job in both",
+        "The naive queue loses at least one job",
+    ],
+    answer="They are identical: A = H = C = F = 1 for every job in both",
+    why=(
+        "Mechanisms only act when something goes wrong. Nothing went wrong here, so nothing tells the two queues "
+        "apart."
+    ),
+)
 
 
 def mechanisms(on: bool) -> Mechanisms:

@@ -11,12 +11,29 @@ but the client got no 202 and can retry; what happens to the stored job afterwar
 from __future__ import annotations
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "commit-before-ack"
 MECHANISM = "commit_before_ack"
 FAILURE = "the API crashes between sending 202 and committing the insert: an acknowledged job is lost"
 INVARIANT = "every acknowledged job is in the database (lost_jobs = 0)"
+PREDICTION = Prediction(
+    question=(
+        "The API crashes right after sending job-1's 202 Accepted, before the insert. With commit_before_ack off, "
+        "what will the table show for job-1?"
+    ),
+    options=[
+        "SUCCEEDED, A = H = C = F = 1: the worker picks it up anyway",
+        "PENDING: it waits for the API to come back",
+        "LOST, A = H = C = F = 0: the database has no such job",
+        "DEAD after five failed attempts",
+    ],
+    answer="LOST, A = H = C = F = 0: the database has no such job",
+    why=(
+        "The insert never ran, so there is no row for any worker to find. The only trace of job-1 is the id in the "
+        "client's hand."
+    ),
+)
 CRASH_POINT = "after_ack_before_commit"  # the API's only fault point; not taken from params
 
 

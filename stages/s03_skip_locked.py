@@ -14,12 +14,29 @@ from __future__ import annotations
 import asyncio
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "skip-locked"
 MECHANISM = "skip_locked"
 FAILURE = "two workers read the same due job before either marks it: it runs twice without any crash"
 INVARIANT = "each job is claimed by one worker at a time (A=1 when nothing fails)"
+PREDICTION = Prediction(
+    question=(
+        "Two workers use the naive read-then-update claim, and both read the four due jobs before either updates "
+        "them. Nothing crashes. How many times is each job charged?"
+    ),
+    options=[
+        "Once: the second UPDATE fails because the job is already RUNNING",
+        "Once: PostgreSQL serializes the two UPDATEs",
+        "Twice: both workers believe they own every job",
+        "Zero: the two workers deadlock",
+    ],
+    answer="Twice: both workers believe they own every job",
+    why=(
+        "The naive UPDATE marks the job RUNNING without checking it was still PENDING, so both updates succeed. "
+        "PostgreSQL does serialize them, but serializing two updates that both succeed does not help."
+    ),
+)
 
 
 def mechanisms(on: bool) -> Mechanisms:

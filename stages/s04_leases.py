@@ -14,12 +14,36 @@ from __future__ import annotations
 import asyncio
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, arm_crash_all, experiment, stage_mechanisms
+from reliableq.lab.experiment import (
+    Prediction,
+    ScenarioParams,
+    ScenarioResult,
+    arm_crash_all,
+    experiment,
+    stage_mechanisms,
+)
 
 NAME = "leases"
 MECHANISM = "leases"
 FAILURE = "a worker dies after claiming: without an expiry its jobs stay RUNNING forever"
 INVARIANT = "a claimed job whose worker died is claimed again once its lease expires"
+PREDICTION = Prediction(
+    question=(
+        "worker-1 claims all four jobs and dies before charging. worker-2 keeps polling for 2.5 lease lengths. With "
+        "leases off, what happens to the jobs?"
+    ),
+    options=[
+        "worker-2 picks them up after a while",
+        "They go back to PENDING when worker-1's database connection closes",
+        "They stay RUNNING: no worker will ever claim them again",
+        "They become DEAD",
+    ],
+    answer="They stay RUNNING: no worker will ever claim them again",
+    why=(
+        "The claim was committed before worker-1 died; closing its connection releases no row, because no lock is "
+        "held any more. RUNNING is just a column value, and nothing is responsible for changing it back."
+    ),
+)
 CRASH_POINT = "after_claim_before_effect"  # default; params.crash_point overrides
 WAIT_LEASES = 2.5  # without leases, how many lease lengths the second worker polls before we look
 

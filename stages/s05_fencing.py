@@ -15,12 +15,30 @@ from __future__ import annotations
 import asyncio
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "fencing"
 MECHANISM = "fencing"
 FAILURE = "a paused worker wakes after its lease was reclaimed and its stale finalize overwrites the job"
 INVARIANT = "only the current lease token can finalize a job (F=1); a stale finalize changes nothing"
+PREDICTION = Prediction(
+    question=(
+        "worker-1 charges the four jobs, then freezes. Its lease expires; worker-2 reclaims, charges and finalizes "
+        "every job. Then worker-1 wakes up and finalizes too. With fencing off, what is F (successful finalizations) "
+        "for each job?"
+    ),
+    options=[
+        "1: worker-1's update fails because the job is already SUCCEEDED",
+        "1: the database keeps only the latest write",
+        "2: both finalizes succeed and both are recorded",
+        "0: the two finalizes conflict and both roll back",
+    ],
+    answer="2: both finalizes succeed and both are recorded",
+    why=(
+        "Without the token in its WHERE clause, the update matches the row whatever its state, so it succeeds; both "
+        "attempts end as 'succeeded'."
+    ),
+)
 PAUSE_POINT = "after_effect_before_finalize"
 
 

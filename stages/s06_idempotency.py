@@ -15,12 +15,33 @@ from __future__ import annotations
 import asyncio
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, arm_crash_all, experiment, stage_mechanisms
+from reliableq.lab.experiment import (
+    Prediction,
+    ScenarioParams,
+    ScenarioResult,
+    arm_crash_all,
+    experiment,
+    stage_mechanisms,
+)
 
 NAME = "idempotency"
 MECHANISM = "idempotency"
 FAILURE = "a worker crashes after the charge committed; the retry charges again"
 INVARIANT = "each job commits at most one charge (C=1), however often it runs"
+PREDICTION = Prediction(
+    question="With idempotency off, how many committed charges (C) will each job end with?",
+    options=[
+        "0 — the crash rolled the charge back",
+        "1 — leases and fencing already prevent duplicates",
+        "2 — one per handler run",
+    ],
+    answer="2 — one per handler run",
+    why=(
+        "The charge committed in the charge service's database before the crash, and nothing in the queue can roll "
+        "it back. Leases and fencing decide who may <i>finalize</i> a job; they know nothing about effects already "
+        "made. Without a key, worker-2's retry looks like a brand-new payment."
+    ),
+)
 CRASH_POINT = "after_effect_before_finalize"  # default; params.crash_point overrides
 
 

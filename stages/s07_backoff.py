@@ -18,12 +18,28 @@ import time
 from reliableq.backoff import Backoff
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "backoff"
 MECHANISM = "backoff"
 FAILURE = "during a charge-service outage, immediate retries hammer it"
 INVARIANT = "retries during an outage are spread by capped, jittered exponential delays"
+PREDICTION = Prediction(
+    question=(
+        "During the 1.5-second outage, with backoff off, roughly how many charge requests will the four jobs "
+        "send?"
+    ),
+    options=[
+        "4 — one each, then they wait",
+        "about 10",
+        "more than 50",
+    ],
+    answer="more than 50",
+    why=(
+        "Nothing makes a failed job wait: it is due again the instant it fails, so each job loops claim → request → "
+        "503 → retry as fast as the machine allows. The bar chart below shows the rate."
+    ),
+)
 OUTAGE_SECONDS = 1.5  # how long the charge service fails, from the moment the worker starts
 BACKOFF_BASE_SECONDS = 0.05  # first retry delay cap
 BACKOFF_MAX_SECONDS = 1.0  # cap on any retry delay

@@ -14,12 +14,25 @@ from __future__ import annotations
 
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "dead"
 MECHANISM = "dead"
 FAILURE = "a permanent failure is retried forever, past the attempt budget"
 INVARIANT = "a job ends DEAD at a permanent failure or after max_attempts, and replays to one charge"
+PREDICTION = Prediction(
+    question="With the DEAD state on, how many attempts will each job have made when it goes DEAD? (Its budget is 3.)",
+    options=[
+        "1",
+        "3",
+        "6",
+    ],
+    answer="1",
+    why=(
+        "A 422 is a permanent failure: the same request gets the same answer, so the worker does not spend the "
+        "budget on it. The budget is for transient failures, which might succeed on a later try."
+    ),
+)
 BUDGET = 3  # max_attempts of every job in this stage
 OBSERVE_ATTEMPTS = 2 * BUDGET  # without dead: how many attempts we watch a job make before stopping
 

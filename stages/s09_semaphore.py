@@ -14,12 +14,28 @@ from __future__ import annotations
 
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
 
 NAME = "semaphore"
 MECHANISM = "semaphore"
 FAILURE = "a worker that starts everything due overloads a charge service of limited capacity"
 INVARIANT = "a worker has at most `concurrency` jobs in flight; with concurrency <= capacity none is refused"
+PREDICTION = Prediction(
+    question=(
+        "With the semaphore off, four jobs due and a service that takes two at a time, what happens to the "
+        "requests?"
+    ),
+    options=[
+        "none is refused — the service queues them",
+        "some are refused — all four start at once and the extras are turned away",
+        "all four are refused",
+    ],
+    answer="some are refused — all four start at once and the extras are turned away",
+    why=(
+        "The worker claims all four and sends four requests together. The service serves two and refuses the rest "
+        "with 503; those jobs retry, and may be refused again while others are in flight."
+    ),
+)
 CHARGE_CAPACITY = 2  # requests the charge service handles at once (K); the default concurrency matches
 CHARGE_LATENCY_SECONDS = 0.2  # how long each charge takes, so requests overlap
 BUDGET = 10  # attempts per job: refusals are retried; the budget is not this stage's subject

@@ -127,6 +127,21 @@ class ScenarioResult:
                 + (f" Measured: {scalars}." if scalars else ""))
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """A stage's "predict, then run" question. It lives with the stage, not in the notebook, so that the
+    answer is not printed right above the question."""
+
+    question: str
+    options: Sequence[str]
+    answer: str
+    why: str  # shown after the learner checks, right or wrong
+
+    def __post_init__(self) -> None:
+        if self.answer not in self.options:
+            raise ValueError(f"the answer {self.answer!r} is not one of the options")
+
+
 class Stage(Protocol):
     """What a stage module provides (see stages/)."""
 
@@ -134,6 +149,7 @@ class Stage(Protocol):
     MECHANISM: str | None
     FAILURE: str
     INVARIANT: str
+    PREDICTION: Prediction
 
     def mechanisms(self, on: bool) -> Mechanisms: ...
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import html
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +21,7 @@ from IPython.display import display
 
 from reliableq.config import Mechanisms
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
-from reliableq.lab.experiment import ScenarioParams, ScenarioResult, Stage
+from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, Stage
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.notebook import views
 from reliableq.lab.waiting import Watch, watching
@@ -186,27 +185,27 @@ class ChaosPanel(RunPanel):
 
 
 class SelfCheck:
-    """A 'predict, then run' question: pick an answer, press Check, read why."""
+    """A stage's 'predict, then run' question: pick an answer, press Check, read why."""
 
-    def __init__(self, question: str, options: Sequence[str], answer: str, why: str) -> None:
-        if answer not in options:
-            raise ValueError("the answer must be one of the options")
-        self.answer, self.why = answer, why
-        self.choice = widgets.RadioButtons(options=list(options), value=None, layout={"width": "max-content"})
+    def __init__(self, prediction: Prediction) -> None:
+        self.answer, self.why = prediction.answer, prediction.why
+        self.choice = widgets.RadioButtons(options=list(prediction.options), value=None,
+                                           layout={"width": "max-content"})
         self.button = widgets.Button(description="Check")
         self.feedback = widgets.HTML()
         self.button.on_click(lambda _: self.check())
-        self.widget = widgets.VBox([widgets.HTML(f"<b>Predict:</b> {question}"), self.choice, self.button,
-                                    self.feedback])
+        self.widget = widgets.VBox([widgets.HTML(f"<b>Predict:</b> {html.escape(prediction.question)}"), self.choice,
+                                    self.button, self.feedback])
 
     def check(self) -> bool:
         correct = self.choice.value == self.answer
         if self.choice.value is None:
             self.feedback.value = "Pick an answer first."
         elif correct:
-            self.feedback.value = f"✅ Right. {self.why}"
+            self.feedback.value = f"✅ Right. {html.escape(self.why)}"
         else:
-            self.feedback.value = f"❌ Not quite: the answer is <i>{self.answer}</i>. {self.why}"
+            self.feedback.value = (f"❌ Not quite: the answer is <i>{html.escape(self.answer)}</i>. "
+                                   f"{html.escape(self.why)}")
         return correct
 
     def _ipython_display_(self) -> None:

@@ -20,7 +20,7 @@ from nbformat.sign import NotebookNotary
 import stages
 from reliableq.lab import notebook as nb
 from reliableq.lab import panels
-from reliableq.lab.experiment import ScenarioParams, compare
+from reliableq.lab.experiment import Prediction, ScenarioParams, compare
 from reliableq.lab.waiting import wait_until
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -69,11 +69,22 @@ async def test_a_second_run_replaces_the_first_in_the_panel():
 
 def test_self_check_says_whether_the_prediction_was_right():
     """A wrong pick shows the answer and why; the right pick says so."""
-    check = panels.SelfCheck("How many charges?", ["1", "2"], "2", "The retry sent no key.")
+    check = panels.SelfCheck(Prediction("How many charges?", ["1", "2"], "2", "The retry sent no key."))
     check.choice.value = "1"
     assert check.check() is False and "2" in check.feedback.value
     check.choice.value = "2"
     assert check.check() is True and "Right" in check.feedback.value
+
+
+def test_predictions_live_with_their_stage_not_in_the_notebook():
+    """Each stage notebook asks its stage's question, and nothing a learner reads before answering (the
+    cells up to the question) spells out the answer; the run after it may."""
+    for stage, path in zip(stages.STAGES, _notebooks()[1:10], strict=True):
+        sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
+        asked = sources.index("panels.SelfCheck(stage.PREDICTION)")
+        assert not [source for source in sources[:asked + 1] if stage.PREDICTION.answer in source], path.stem
+    with pytest.raises(ValueError, match="not one of the options"):
+        Prediction("?", ["a"], "b", "")
 
 
 def _notebooks() -> list[Path]:
