@@ -15,6 +15,7 @@ NAME = "naive"
 MECHANISM = None
 FAILURE = "none staged: on the happy path even the naive queue charges and finalizes each job once"
 INVARIANT = "every submitted job ends SUCCEEDED with A=H=C=F=1"
+OWN_KNOBS = ()
 PREDICTION = Prediction(
     question=(
         "Every mechanism off, one worker, nothing failing. Then the same four jobs on the full system, every "

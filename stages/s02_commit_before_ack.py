@@ -17,6 +17,7 @@ NAME = "commit-before-ack"
 MECHANISM = "commit_before_ack"
 FAILURE = "the API crashes between sending 202 and committing the insert: an acknowledged job is lost"
 INVARIANT = "every acknowledged job is in the database (lost_jobs = 0)"
+OWN_KNOBS = ()
 PREDICTION = Prediction(
     question=(
         "The API crashes right after sending job-1's 202 Accepted, before the insert. With commit_before_ack off, "

@@ -20,6 +20,7 @@ NAME = "skip-locked"
 MECHANISM = "skip_locked"
 FAILURE = "two workers read the same due job before either marks it: it runs twice without any crash"
 INVARIANT = "each job is claimed by one worker at a time (A=1 when nothing fails)"
+OWN_KNOBS = ()
 PREDICTION = Prediction(
     question=(
         "Two workers use the naive read-then-update claim, and both read the four due jobs before either updates "

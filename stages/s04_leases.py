@@ -27,6 +27,7 @@ NAME = "leases"
 MECHANISM = "leases"
 FAILURE = "a worker dies after claiming: without an expiry its jobs stay RUNNING forever"
 INVARIANT = "a claimed job whose worker died is claimed again once its lease expires"
+OWN_KNOBS = ("crash_point",)
 PREDICTION = Prediction(
     question=(
         "worker-1 claims all four jobs and dies before charging. worker-2 keeps polling for 2.5 lease lengths. With "

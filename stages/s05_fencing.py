@@ -21,6 +21,7 @@ NAME = "fencing"
 MECHANISM = "fencing"
 FAILURE = "a paused worker wakes after its lease was reclaimed and its stale finalize overwrites the job"
 INVARIANT = "only the current lease token can finalize a job (F=1); a stale finalize changes nothing"
+OWN_KNOBS = ()
 PREDICTION = Prediction(
     question=(
         "worker-1 charges the four jobs, then freezes. Its lease expires; worker-2 reclaims, charges and finalizes "

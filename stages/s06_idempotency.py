@@ -28,6 +28,7 @@ NAME = "idempotency"
 MECHANISM = "idempotency"
 FAILURE = "a worker crashes after the charge committed; the retry charges again"
 INVARIANT = "each job commits at most one charge (C=1), however often it runs"
+OWN_KNOBS = ("crash_point",)
 PREDICTION = Prediction(
     question="With idempotency off, how many committed charges (C) will each job end with?",
     options=[

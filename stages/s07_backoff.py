@@ -24,6 +24,7 @@ NAME = "backoff"
 MECHANISM = "backoff"
 FAILURE = "during a charge-service outage, immediate retries hammer it"
 INVARIANT = "retries during an outage are spread by capped, jittered exponential delays"
+OWN_KNOBS = ("failure_rate",)
 PREDICTION = Prediction(
     question=(
         "During the 1.5-second outage, with backoff off, roughly how many charge requests will the four jobs "

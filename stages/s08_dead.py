@@ -20,6 +20,7 @@ NAME = "dead"
 MECHANISM = "dead"
 FAILURE = "a permanent failure is retried forever, past the attempt budget"
 INVARIANT = "a job ends DEAD at a permanent failure or after max_attempts, and replays to one charge"
+OWN_KNOBS = ("failure_rate",)
 PREDICTION = Prediction(
     question="With the DEAD state on, how many attempts will each job have made when it goes DEAD? (Its budget is 3.)",
     options=[

@@ -20,6 +20,7 @@ NAME = "semaphore"
 MECHANISM = "semaphore"
 FAILURE = "a worker that starts everything due overloads a charge service of limited capacity"
 INVARIANT = "a worker has at most `concurrency` jobs in flight; with concurrency <= capacity none is refused"
+OWN_KNOBS = ()
 PREDICTION = Prediction(
     question=(
         "With the semaphore off, four jobs due and a service that takes two at a time, what happens to the "

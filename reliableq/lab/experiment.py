@@ -142,6 +142,9 @@ class Prediction:
             raise ValueError(f"the answer {self.answer!r} is not one of the options")
 
 
+STAGE_KNOBS = ("crash_point", "failure_rate")  # ScenarioParams that only some stages' stories read
+
+
 class Stage(Protocol):
     """What a stage module provides (see stages/)."""
 
@@ -150,6 +153,8 @@ class Stage(Protocol):
     FAILURE: str
     INVARIANT: str
     PREDICTION: Prediction
+    # The stage-specific ScenarioParams its story reads (of STAGE_KNOBS); every stage reads the others.
+    OWN_KNOBS: tuple[str, ...]
 
     def mechanisms(self, on: bool) -> Mechanisms: ...
 

@@ -21,7 +21,7 @@ from IPython.display import display
 
 from reliableq.config import Mechanisms
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
-from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, Stage
+from reliableq.lab.experiment import STAGE_KNOBS, Prediction, ScenarioParams, ScenarioResult, Stage
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.notebook import views
 from reliableq.lab.waiting import Watch, watching
@@ -135,7 +135,13 @@ class ScenarioPanel(RunPanel):
         self.last_result: ScenarioResult | None = None
         switches = widgets.HBox([widgets.VBox(list(self.switches.values())[:4]),
                                  widgets.VBox(list(self.switches.values())[4:])])
-        knobs = widgets.VBox([self.lease, self.crash_point, self.failure_rate, self.concurrency, self.jobs, self.seed])
+        unused = [knob for knob in STAGE_KNOBS if knob not in stage.OWN_KNOBS]
+        for knob in unused:  # shown greyed out, so that the panel looks the same in every notebook
+            getattr(self, knob).disabled = True
+        note = widgets.HTML(f"<small>{' and '.join(k.replace('_', ' ') for k in unused)}: not used by this stage"
+                            "</small>" if unused else "")
+        knobs = widgets.VBox([self.lease, self.crash_point, self.failure_rate, self.concurrency, self.jobs, self.seed,
+                              note])
         super().__init__(widgets.HTML(f"<b>Stage {stage.NAME}</b>: {html.escape(stage.FAILURE)}"),
                          widgets.HBox([switches, knobs]), "Run scenario")
 

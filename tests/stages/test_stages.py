@@ -7,11 +7,13 @@ and are shared by the tests that read them; the numbers asserted are the A/H/C/F
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 import stages
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import LOST, ScenarioParams, ScenarioResult, compare, index_stages
+from reliableq.lab.experiment import LOST, STAGE_KNOBS, ScenarioParams, ScenarioResult, compare, index_stages
 from reliableq.lab.faults import CRASH_POINTS
 from stages import s07_backoff, s08_dead, s09_semaphore
 
@@ -67,6 +69,15 @@ def test_stage_declares_failure_invariant_and_mechanisms(name):
     else:
         assert stage.mechanisms(True) == Mechanisms.up_to(stage.MECHANISM)
         assert stage.mechanisms(False) == Mechanisms.up_to(stage.MECHANISM).without(stage.MECHANISM)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_own_knobs_are_the_stage_specific_params_its_source_reads(name):
+    """OWN_KNOBS (which the notebook panel leaves enabled) names exactly the stage-specific knobs the
+    stage's module reads, so a greyed-out knob is one that really changes nothing."""
+    stage = stages.get(name)
+    source = inspect.getsource(stage)
+    assert set(stage.OWN_KNOBS) == {knob for knob in STAGE_KNOBS if f"params.{knob}" in source}
 
 
 def test_scenario_params_refuse_nonsense():

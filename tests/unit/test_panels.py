@@ -16,6 +16,7 @@ from reliableq.lab.waiting import wait_until
 class WaitingStage:
     """A stage whose scenario waits (through the one wait helper) for `release`, then fails or hangs."""
     NAME, MECHANISM, FAILURE, INVARIANT = "waiting", None, "nothing happens", "none"
+    OWN_KNOBS = ("crash_point",)
 
     def __init__(self, timeout: float = 30.0) -> None:
         self.release = asyncio.Event()
@@ -86,3 +87,10 @@ def test_the_crash_point_dropdown_names_the_stage_default():
     assert panel.crash_point.value == STAGE_DEFAULT and panel.params().crash_point is None
     panel.crash_point.value = "after_claim_before_effect"
     assert panel.params().crash_point == "after_claim_before_effect"
+
+
+def test_knobs_a_stage_does_not_read_are_greyed_out_and_say_so():
+    """A panel disables the stage-specific knobs its stage ignores, and names them."""
+    panel = ScenarioPanel(WaitingStage())
+    assert not panel.crash_point.disabled and panel.failure_rate.disabled
+    assert "failure rate: not used by this stage" in panel.widget.children[1].children[1].children[-1].value
