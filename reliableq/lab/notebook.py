@@ -42,7 +42,8 @@ def database_banner() -> str:
     if os.environ.get("DATABASE_URL"):
         return f"Using PostgreSQL at DATABASE_URL (database {db.database_name(os.environ['DATABASE_URL'])!r})."
     db.embedded_server_url()
-    return f"Using the embedded PostgreSQL 18 in {db.embedded_data_dir()} (set DATABASE_URL to use another)."
+    # No path: a saved notebook must not carry one machine's folders (`reliableq db` prints it).
+    return "Using the embedded PostgreSQL 18 (`reliableq db` says where; set DATABASE_URL to use another)."
 
 
 def label(result: ScenarioResult) -> str:
