@@ -11,6 +11,7 @@ checks of chaos runs are `reliableq.lab.invariants`. It stages no failure itself
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -274,4 +275,31 @@ async def experiment(stage: str, mechanism: str | None, on: bool, params: Scenar
     """A fresh LocalSystem with the stage's mechanisms; its scratch databases are dropped on exit."""
     mechanisms = params.mechanisms or stage_mechanisms(mechanism, on)
     async with local_system(mechanisms, charge_faults, database_prefix="rq_stage") as system:
-        yield Experiment(stage, mechanism, on, params, system, datetime.now(UTC))
+        run = Experiment(stage, mechanism, on, params, system, datetime.now(UTC))
+        labels = _JobLabels(run)
+        for name in CORE_LOGGERS:
+            logging.getLogger(name).addFilter(labels)
+        try:
+            yield run
+        finally:
+            for name in CORE_LOGGERS:
+                logging.getLogger(name).removeFilter(labels)
+
+
+CORE_LOGGERS = ("reliableq.worker", "reliableq.api")  # the core's loggers a learner reads during a run
+
+
+class _JobLabels(logging.Filter):
+    """Names a run's jobs in the core's log lines as its tables and charts do (job-1, ...), not by id.
+    A filter on each logger, because a logger's filters see only the records logged on it."""
+
+    def __init__(self, run: Experiment) -> None:
+        super().__init__()
+        self.run = run
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        for number, job_id in enumerate(self.run.submitted, start=1):
+            message = message.replace(f"job {job_id}", f"job-{number}").replace(str(job_id), f"job-{number}")
+        record.msg, record.args = message, ()
+        return True

@@ -8,6 +8,7 @@ and are shared by the tests that read them; the numbers asserted are the A/H/C/F
 from __future__ import annotations
 
 import inspect
+import logging
 
 import pytest
 
@@ -242,3 +243,15 @@ async def test_idempotency_result_is_tidy():
     assert [e.seconds for e in off.events] == sorted(e.seconds for e in off.events)
     text = off.summary()
     assert "idempotency off" in text and "charged 2 times" in text and "\n" not in text
+
+
+async def test_a_runs_log_lines_name_jobs_as_its_tables_do(caplog):
+    """The worker's warnings during a stage run say job-1, job-2 (as the tables and charts do), never a
+    UUID; after the run, the core's logs are left as they were."""
+    result = await stages.get("fencing").scenario(True, ScenarioParams(seed=1, jobs=2))
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert sorted(refused) == [f"worker worker-1: finalize (succeed) of job-{n} refused: its lease was lost"
+                               for n in (1, 2)]
+    assert not any(str(job.job_id) in record.getMessage() for job in result.jobs for record in caplog.records)
+    logging.getLogger("reliableq.worker").warning("job %s", result.jobs[0].job_id)
+    assert caplog.records[-1].getMessage() == f"job {result.jobs[0].job_id}"
