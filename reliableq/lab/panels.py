@@ -5,7 +5,10 @@ A panel shows exactly one result, right under its buttons: a new run replaces th
 going, a status line says what it runs, for how long, and the wait under way with its deadline; Stop
 ends the run, and its system is torn down as after any run (workers stopped, servers closed, scratch
 databases dropped). A run that fails says, in one line, how long it really ran and why — never a
-traceback. What this does not do: decide anything about a job; it calls the stages and the chaos suite.
+traceback. Each piece also carries a static picture of itself, which is all a saved notebook keeps of it
+(reliableq/lab/resave.py): a notebook opened before it is run shows the pictures, each saying to run the
+notebook, instead of widgets without a kernel. What this does not do: decide anything about a job; it
+calls the stages and the chaos suite.
 """
 
 from __future__ import annotations
@@ -28,16 +31,42 @@ from reliableq.lab.waiting import Watch, watching
 
 TICK_SECONDS = 0.5  # how often the status line of a run in progress is redrawn
 STAGE_DEFAULT = "stage default"  # the crash-point choice that leaves the stage's own story alone
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+RUN_FIRST = "Run the notebook (Run ▸ Run All Cells) to use this panel."
+# Before the first run: what to do if a click does nothing (a widget cannot tell that its kernel is gone).
+READY = "Press Run. If nothing happens, this notebook's kernel is gone: run all cells again."
 
 
-class RunPanel:
+class Pictured:
+    """A widget shown live where a kernel draws it, and as a static picture of itself where none does."""
+
+    widget: widgets.Widget
+
+    def picture(self) -> str:
+        raise NotImplementedError
+
+    def _ipython_display_(self) -> None:
+        view = self.widget._repr_mimebundle_()[WIDGET_VIEW]
+        display({WIDGET_VIEW: view, "text/html": f'<div class="reliableq-picture">{self.picture()}</div>',
+                 "text/plain": f"{type(self).__name__}: run the notebook to use it"}, raw=True)
+
+
+def _box(checked: bool) -> str:
+    return "☑" if checked else "☐"
+
+
+def _picture_button(label: str) -> str:
+    return f"<button disabled>▶ {html.escape(label)}</button>"
+
+
+class RunPanel(Pictured):
     """A Run button, a Stop button, a live status line and one result; subclasses say what a run is
     (`describe`), do it (`work`) and show its result (`show`)."""
 
     def __init__(self, header: widgets.Widget, controls: widgets.Widget, run_label: str) -> None:
         self.button = widgets.Button(description=run_label, button_style="primary", icon="play")
         self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
-        self.status = widgets.HTML()
+        self.status = widgets.HTML(_line("", READY))
         self.output = widgets.Output()
         self._work: asyncio.Task | None = None
         self.button.on_click(lambda _: self.start())
@@ -99,9 +128,6 @@ class RunPanel:
             self.status.value = _line("⏳", f"running {what}: {now - began:.0f} s{waiting}")
             await asyncio.sleep(TICK_SECONDS)
 
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
 
 def _line(mark: str, text: str) -> str:
     # Wrapped at spaces, never inside a word.
@@ -157,6 +183,15 @@ class ScenarioPanel(RunPanel):
     def describe(self) -> str:
         return f"stage {self.stage.NAME} with {self.mechanisms().describe()}"
 
+    def picture(self) -> str:
+        switches = " ".join(f"{_box(box.value)} {name}" for name, box in self.switches.items())
+        knobs = " · ".join(f"{knob.description} {html.escape(str(knob.value))}"
+                           + (" (not used by this stage)" if knob.disabled else "")
+                           for knob in (self.lease, self.crash_point, self.failure_rate, self.concurrency,
+                                        self.jobs, self.seed))
+        return (f"<b>Stage {self.stage.NAME}</b>: {html.escape(self.stage.FAILURE)}<br>{switches}<br>{knobs}<br>"
+                f"{_picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+
     async def work(self) -> ScenarioResult:
         mechanism_on = True if self.stage.MECHANISM is None else self.switches[self.stage.MECHANISM].value
         return await self.stage.scenario(mechanism_on, self.params())
@@ -183,6 +218,10 @@ class ChaosPanel(RunPanel):
     def describe(self) -> str:
         return f"chaos with {self.mechanism.value} off"
 
+    def picture(self) -> str:
+        return (f"{self.widget.children[0].value}<br>switch off: {self.mechanism.value}<br>"
+                f"{_picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+
     async def work(self) -> ChaosReport:
         return await run_chaos(replace(self.config, mechanisms=Mechanisms().without(self.mechanism.value)))
 
@@ -190,7 +229,7 @@ class ChaosPanel(RunPanel):
         self.output.append_stdout(report.text() + "\n")
 
 
-class SelfCheck:
+class SelfCheck(Pictured):
     """A stage's 'predict, then run' question: pick an answer, press Check, read why."""
 
     def __init__(self, prediction: Prediction) -> None:
@@ -200,8 +239,14 @@ class SelfCheck:
         self.button = widgets.Button(description="Check")
         self.feedback = widgets.HTML()
         self.button.on_click(lambda _: self.check())
+        self.question = prediction.question
         self.widget = widgets.VBox([widgets.HTML(f"<b>Predict:</b> {html.escape(prediction.question)}"), self.choice,
                                     self.button, self.feedback])
+
+    def picture(self) -> str:
+        options = "".join(f"<li>{html.escape(option)}</li>" for option in self.choice.options)
+        return (f"<b>Predict:</b> {html.escape(self.question)}<ul>{options}</ul>"
+                "<i>Run the notebook (Run ▸ Run All Cells) to check your prediction.</i>")
 
     def check(self) -> bool:
         correct = self.choice.value == self.answer
@@ -213,6 +258,3 @@ class SelfCheck:
             self.feedback.value = (f"❌ Not quite: the answer is <i>{html.escape(self.answer)}</i>. "
                                    f"{html.escape(self.why)}")
         return correct
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)

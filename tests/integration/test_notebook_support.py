@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import patch
 
 import httpx
 import nbformat
@@ -21,6 +22,7 @@ import stages
 from reliableq.lab import notebook as nb
 from reliableq.lab import panels
 from reliableq.lab.experiment import Prediction, ScenarioParams, compare
+from reliableq.lab.resave import without_live_widgets
 from reliableq.lab.waiting import wait_until
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -100,18 +102,46 @@ def test_notebooks_are_in_reading_order_one_per_stage():
     assert names[10:] == ["10_chaos", "11_benchmarks"]
 
 
-@pytest.mark.parametrize("path", _notebooks()[1:10], ids=lambda p: p.stem)
-def test_saved_widgets_have_their_state_in_the_notebook(path):
-    """Every saved widget view refers to a model whose state is stored in the notebook, which is what
-    JupyterLab needs to render it on opening; each stage notebook has its live panel."""
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_saved_notebooks_show_pictures_not_dead_widgets(path):
+    """Opened before it is run, a notebook holds no widget views and no widget state (JupyterLab would
+    draw them disconnected); each panel and prediction is a static picture saying to run the notebook.
+    Every stage notebook has its scenario panel, the chaos notebook its chaos panel."""
     notebook = json.loads(path.read_text())
-    state = notebook["metadata"]["widgets"][WIDGET_STATE]["state"]
-    views = [output["data"][WIDGET_VIEW]["model_id"] for cell in notebook["cells"] if cell["cell_type"] == "code"
-             for output in cell.get("outputs", []) if WIDGET_VIEW in output.get("data", {})]
-    assert views, "no widget output saved"
-    assert all(model_id in state for model_id in views)
-    buttons = [m for m in state.values() if m["model_name"] == "ButtonModel"]
-    assert any(b["state"].get("description") == "Run scenario" for b in buttons)
+    assert "widgets" not in notebook["metadata"]
+    outputs = [output for cell in notebook["cells"] for output in cell.get("outputs", [])]
+    assert not [output for output in outputs if WIDGET_VIEW in output.get("data", {})]
+    pictures = ["".join(output["data"]["text/html"]) for output in outputs
+                if "reliableq-picture" in "".join(output.get("data", {}).get("text/html", ""))]
+    if path.stem[:2] not in ("00", "11"):
+        button = "Run chaos" if path.stem.startswith("10") else "Run scenario"
+        assert any(button in picture and "Run the notebook" in picture for picture in pictures), path.stem
+
+
+def test_a_panel_shows_live_with_a_picture_beside_it():
+    """What a panel displays: the live widget view, and the picture a saved notebook keeps of it."""
+    shown = []
+    panel = panels.ScenarioPanel(stages.get("leases"), ScenarioParams(seed=1))
+    with patch("reliableq.lab.panels.display", side_effect=lambda bundle, raw: shown.append(bundle)):
+        panel._ipython_display_()  # what IPython's display() calls in a kernel
+    (bundle,) = shown
+    assert bundle[WIDGET_VIEW]["model_id"] == panel.widget.model_id
+    assert "☐ leases" not in bundle["text/html"] and "☑ leases" in bundle["text/html"]
+    assert "crash at stage default ·" in bundle["text/html"]
+    assert "failure rate 1.0 (not used by this stage)" in bundle["text/html"]
+
+
+def test_resaving_drops_only_the_widget_views_that_have_a_picture():
+    """A view with a picture beside it goes, a view without one stays (nothing shown is lost), and the
+    notebook's widget state goes."""
+    notebook = nbformat.v4.new_notebook(metadata={"widgets": {WIDGET_STATE: {"state": {}}}})
+    cell = nbformat.v4.new_code_cell(outputs=[
+        nbformat.v4.new_output("display_data", {WIDGET_VIEW: {"model_id": "a"}, "text/html": "<b>p</b>"}),
+        nbformat.v4.new_output("display_data", {WIDGET_VIEW: {"model_id": "b"}, "text/plain": "Button()"})])
+    notebook.cells.append(cell)
+    kept = without_live_widgets(notebook)
+    assert "widgets" not in kept.metadata
+    assert [list(output["data"]) for output in kept.cells[0].outputs] == [["text/html"], [WIDGET_VIEW, "text/plain"]]
 
 
 def _free_port() -> int:

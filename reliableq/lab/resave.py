@@ -1,0 +1,52 @@
+"""Re-save notebooks as the repository keeps them: run top to bottom in a fresh kernel, then each widget
+view dropped where a static picture of it stands beside it, and no widget state kept.
+
+A saved widget view without its kernel is a dead control (JupyterLab draws it disconnected, or "model
+not found"); its picture (reliableq/lab/panels.py) says to run the notebook instead. nbval compares the
+pictures and text with a fresh run and ignores widget views, so the kept outputs are still verified.
+
+    python -m reliableq.lab.resave notebooks/05_fencing.ipynb [...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+CELL_TIMEOUT_SECONDS = 600
+
+
+def without_live_widgets(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop every widget view that has a picture beside it, and the notebook's saved widget state."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
+    notebook.metadata.pop("widgets", None)
+    return notebook
+
+
+def resave(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=CELL_TIMEOUT_SECONDS, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(without_live_widgets(notebook), path)
+
+
+def main(paths: list[str]) -> int:
+    if not paths:
+        print("usage: python -m reliableq.lab.resave NOTEBOOK.ipynb [...]", file=sys.stderr)
+        return 2
+    for name in paths:
+        resave(Path(name))
+        print(f"re-saved {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
