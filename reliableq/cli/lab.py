@@ -50,8 +50,8 @@ def notebooks_dir() -> Path:
 
 
 def trust_notebooks(folder: Path) -> None:
-    """Sign the lab's own notebooks for this user: JupyterLab renders saved widgets (their state is in
-    each notebook) only in trusted notebooks, and shows plain text instead otherwise."""
+    """Sign the lab's own notebooks for this user: JupyterLab renders the saved pictures of the panels
+    (HTML) as written only in trusted notebooks, and sanitised otherwise."""
     import nbformat
     from nbformat.sign import NotebookNotary
     notary = NotebookNotary()
