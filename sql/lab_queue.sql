@@ -67,3 +67,17 @@ ORDER BY job_id, attempt;
 -- name: job_attempt_outcomes_by_worker
 -- Per worker, how many of its claims ended in each outcome, to compare with what each worker reported.
 SELECT worker_id, outcome, count(*) AS claims FROM job_attempts GROUP BY worker_id, outcome ORDER BY worker_id, outcome;
+
+-- name: lab_stuck_jobs
+-- What a timed-out wait reports: the unsettled jobs, who holds each and how long its lease has left.
+SELECT id AS job_id, status, worker_id, attempts,
+       round(extract(epoch FROM lease_expires_at - clock_timestamp())::numeric, 1) AS lease_left_seconds
+FROM jobs WHERE status NOT IN ('SUCCEEDED', 'DEAD') ORDER BY created_at, id LIMIT 5;
+
+-- name: lab_busy_sessions
+-- ...and what the queue database's other sessions are doing (a lock wait, an idle open transaction).
+SELECT pid, state, wait_event_type, wait_event, left(query, 80) AS query,
+       round(extract(epoch FROM clock_timestamp() - state_change)::numeric, 1) AS for_seconds
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'
+ORDER BY state_change LIMIT 10;

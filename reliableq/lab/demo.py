@@ -8,9 +8,13 @@ charged once and finalized once: A=2 H=2 C=1 F=1. With idempotency off, the same
 from __future__ import annotations
 
 import signal
+import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from reliableq.config import Mechanisms
 from reliableq.lab import processes
@@ -97,9 +101,18 @@ async def kill_after_charge(system: LocalSystem, job_id: uuid.UUID, lease_second
     return KillRecovery(first, second, killed, time.monotonic())
 
 
+@asynccontextmanager
+async def _process_demo(prefix: str) -> AsyncIterator[LocalSystem]:
+    """A fresh system whose worker processes write to files, so that a wait that times out can say what
+    each last said (a pipe is read only once its process has exited)."""
+    with tempfile.TemporaryDirectory(prefix=f"reliableq-{prefix}-") as logs:
+        async with local_system(database_prefix=prefix, logs=Path(logs)) as system:
+            yield system
+
+
 async def kill9(lease_seconds: float = 2.0) -> ProcessDemo:
     """The kill -9 story over a fresh system, as `reliableq demo kill9` prints it."""
-    async with local_system(database_prefix="rq_kill9") as system:
+    async with _process_demo("rq_kill9") as system:
         job_id = await system.submit_http(1250)
         run = await kill_after_charge(system, job_id, lease_seconds)
         second_said = await processes.stop(run.second)
@@ -116,7 +129,7 @@ async def kill9(lease_seconds: float = 2.0) -> ProcessDemo:
 async def pause(lease_seconds: float = 1.0) -> ProcessDemo:
     """worker-1 is SIGSTOPped holding the lease; worker-2 reclaims and finishes; on SIGCONT worker-1's
     finalize carries a stale lease token and changes zero rows."""
-    async with local_system(database_prefix="rq_pause") as system:
+    async with _process_demo("rq_pause") as system:
         system.charge_faults.latency_seconds = 0.3  # a window in which worker-1 holds the job
         job_id = await system.submit_http(1250)
         first = system.spawn_worker("worker-1", lease_seconds)

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from reliableq import db
+from reliableq import db, sql
 from reliableq.api import create_api_app
 from reliableq.charge.client import ChargeClient
 from reliableq.charge.handler import standard_handlers
@@ -40,6 +41,7 @@ from reliableq.servers import LoopbackServer
 from reliableq.worker import Worker, WorkerStats
 
 SETTLED_STATUSES = frozenset({"SUCCEEDED", "DEAD"})
+_LAB_Q = sql.queries("lab_queue")
 
 
 @dataclass
@@ -137,7 +139,7 @@ class LocalSystem:
         async def reached() -> bool:
             job = await self.queue.get(job_id)
             return job is not None and job.status in statuses
-        await self.wait_until(reached, timeout, f"job {job_id} to become {'/'.join(sorted(statuses))}")
+        await self._wait_on_jobs(reached, timeout, f"job {job_id} to become {'/'.join(sorted(statuses))}")
         return await self.queue.get(job_id)
 
     async def wait_settled(self, job_ids: Sequence[uuid.UUID] | None = None, timeout: float = 60.0) -> None:
@@ -154,7 +156,26 @@ class LocalSystem:
                 raise RuntimeError(f"every worker stopped before the run settled: {await self.queue.counts()}")
             return done
         what = "every job" if job_ids is None else f"{len(job_ids)} job(s)"
-        await self.wait_until(settled, timeout, f"{what} to be SUCCEEDED or DEAD")
+        await self._wait_on_jobs(settled, timeout, f"{what} to be SUCCEEDED or DEAD")
+
+    async def _wait_on_jobs(self, condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+        """wait_until, and on a timeout what there is to read about why: the unsettled jobs, what the
+        database's sessions are doing, and what each worker process last said."""
+        try:
+            await self.wait_until(condition, timeout, what)
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n{await self.stuck_report()}") from None
+
+    async def stuck_report(self) -> str:
+        lines = []
+        async with self.queue.pool.connection() as conn:
+            for query in ("lab_stuck_jobs", "lab_busy_sessions"):
+                cur = await conn.cursor(row_factory=dict_row).execute(_LAB_Q[query])
+                lines += [f"{query.removeprefix('lab_').replace('_', ' ')}: {row}" for row in await cur.fetchall()]
+        for worker in self.worker_processes:
+            state = "running" if worker.process.poll() is None else f"exited {worker.process.returncode}"
+            lines.append(f"{worker.name} (pid {worker.pid}, {state}) last said: {worker.last_line() or '-'}")
+        return "\n".join(lines)
 
     def _everyone_stopped(self) -> bool:
         """Whether every worker process of this system exited and no in-process worker runs, so nothing

@@ -85,23 +85,3 @@ async def test_crash_at_kills_the_worker_after_the_charge(databases, tmp_path):
     counts = await the_counts(databases)
     assert (counts.attempts, counts.handler_runs, counts.charges, counts.finalizations) == (1, 1, 1, 0), counts.short()
 
-
-async def test_settling_fails_at_once_when_every_worker_process_is_gone(databases, tmp_path):
-    """The harness does not wait out its deadline for a run nobody can finish: its only worker process
-    was SIGKILLed holding the job, so waiting for it to settle fails at once, saying why."""
-    async with local_system(databases=databases, api=False, worker_pool_size=0, logs=tmp_path) as system:
-        await system.submit_direct(Submission(payload={"amount_cents": 1250, "currency": "USD"}))
-        worker = system.spawn_worker("worker", 30.0, "--crash-at", "after_claim_before_effect")
-        assert await processes.wait_exit(worker, 30) == -signal.SIGKILL
-        with pytest.raises(RuntimeError, match="every worker stopped before the run settled"):
-            await system.wait_settled(timeout=600)
-
-
-async def test_faults_go_where_the_servers_run(databases):
-    """Live fault objects only for servers in this process, CLI arguments only for server processes."""
-    with pytest.raises(ValueError, match="charge_args"):
-        async with local_system(databases=databases, servers="processes", charge_faults=ChargeFaults()):
-            pass
-    with pytest.raises(ValueError, match="charge_faults, not charge_args"):
-        async with local_system(databases=databases, charge_args=["--latency", "1"]):
-            pass

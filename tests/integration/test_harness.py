@@ -1,0 +1,51 @@
+"""The one harness (reliableq/lab/harness.py) on its own: a wait nobody can finish fails at once, a wait
+that times out says why, and faults go only where the servers run."""
+
+from __future__ import annotations
+
+import signal
+
+import psycopg
+import pytest
+
+from reliableq.charge.service import ChargeFaults
+from reliableq.lab import processes
+from reliableq.lab.harness import local_system
+from reliableq.payload import Submission
+
+CHARGE = Submission(payload={"amount_cents": 1250, "currency": "USD"})
+
+
+async def test_a_timed_out_wait_says_which_jobs_wait_and_what_holds_them(databases):
+    """A job no worker takes, and a session sitting in a transaction on its row: the timeout names both."""
+    async with local_system(databases=databases, api=False, worker_pool_size=0) as system:
+        job = await system.submit_direct(CHARGE)
+        with psycopg.connect(databases.queue_url) as holder:
+            holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+            with pytest.raises(TimeoutError) as timeout:
+                await system.wait_settled([job.id], timeout=0.2)
+    report = str(timeout.value)
+    assert report.startswith("timed out after 0.2s waiting for 1 job(s) to be SUCCEEDED or DEAD\n")
+    assert f"stuck jobs: {{'job_id': UUID('{job.id}'), 'status': 'PENDING'" in report
+    assert "busy sessions: " in report and "'state': 'idle in transaction'" in report and "FOR UPDATE" in report
+
+
+async def test_settling_fails_at_once_when_every_worker_process_is_gone(databases, tmp_path):
+    """The harness does not wait out its deadline for a run nobody can finish: its only worker process
+    was SIGKILLed holding the job, so waiting for it to settle fails at once, saying why."""
+    async with local_system(databases=databases, api=False, worker_pool_size=0, logs=tmp_path) as system:
+        await system.submit_direct(CHARGE)
+        worker = system.spawn_worker("worker", 30.0, "--crash-at", "after_claim_before_effect")
+        assert await processes.wait_exit(worker, 30) == -signal.SIGKILL
+        with pytest.raises(RuntimeError, match="every worker stopped before the run settled"):
+            await system.wait_settled(timeout=600)
+
+
+async def test_faults_go_where_the_servers_run(databases):
+    """Live fault objects only for servers in this process, CLI arguments only for server processes."""
+    with pytest.raises(ValueError, match="charge_args"):
+        async with local_system(databases=databases, servers="processes", charge_faults=ChargeFaults()):
+            pass
+    with pytest.raises(ValueError, match="charge_faults, not charge_args"):
+        async with local_system(databases=databases, charge_args=["--latency", "1"]):
+            pass
