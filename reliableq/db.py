@@ -8,6 +8,7 @@ server; the charge service's boundary is its database. This module does not deci
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
@@ -137,14 +138,21 @@ def ensure_database(url: str) -> None:
 
 
 def apply_schema(url: str, database: str) -> None:
-    """Apply the idempotent schema of `database` ('queue' or 'charge') to the database at `url`."""
+    """Apply the idempotent schema of `database` ('queue' or 'charge') to the database at `url`, unless
+    this very text was applied there already (sql/migrate.sql says why that matters)."""
+    schema = sql.schema(database)
+    digest = hashlib.sha256(schema.encode()).hexdigest()
+    migrate = sql.queries("migrate")
     with connect(url, autocommit=True) as conn:
-        # Serialise concurrent migrations (several processes starting at once).
-        conn.execute("SELECT pg_advisory_lock(hashtext('reliableq migrate'))")
+        conn.execute(migrate["migrate_lock"])
         try:
-            conn.execute(sql.schema(database))
+            conn.execute(migrate["schema_applied_create"])
+            applied = conn.execute(migrate["schema_applied_read"], {"name": database}).fetchone()
+            if applied is None or applied[0] != digest:
+                conn.execute(schema)
+                conn.execute(migrate["schema_applied_write"], {"name": database, "sha256": digest})
         finally:
-            conn.execute("SELECT pg_advisory_unlock(hashtext('reliableq migrate'))")
+            conn.execute(migrate["migrate_unlock"])
 
 
 def migrate(databases: Databases) -> None:
