@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 import ipywidgets as widgets
-from IPython.display import display
+from IPython.display import HTML, display
 
 from reliableq.config import Mechanisms
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
@@ -110,7 +110,13 @@ class RunPanel(Pictured):
             self.status.value = _line("⏹", f"stopped after {time.monotonic() - began:.0f} s: {what}")
             raise
         except Exception as error:  # the learner reads it here; the kernel must not print a traceback
-            self.status.value = _line("❌", f"{what} gave up after {time.monotonic() - began:.0f} s: {error}")
+            # The first line says what it waited for; the rest (a timed-out wait's report of what was
+            # stuck) is for whoever wants to dig, folded away under the line.
+            reason, _, details = str(error).partition("\n")
+            self.status.value = _line("❌", f"{what} gave up after {time.monotonic() - began:.0f} s: {reason}")
+            if details:
+                self.output.append_display_data(HTML(f"<details><summary>what was stuck</summary>"
+                                                     f"<pre>{html.escape(details)}</pre></details>"))
             raise
         finally:
             ticker.cancel()

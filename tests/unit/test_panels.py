@@ -94,3 +94,18 @@ def test_knobs_a_stage_does_not_read_are_greyed_out_and_say_so():
     panel = ScenarioPanel(WaitingStage())
     assert not panel.crash_point.disabled and panel.failure_rate.disabled
     assert "failure rate: not used by this stage" in panel.widget.children[1].children[1].children[-1].value
+
+
+async def test_a_long_failure_keeps_one_line_in_the_status_and_folds_the_rest():
+    """A timeout's report of what was stuck goes under the status line, folded, not into it."""
+    class StuckStage(WaitingStage):
+        async def scenario(self, on=True, params=ScenarioParams()):
+            raise TimeoutError("timed out after 20s waiting for 4 job(s)\nstuck jobs: job-1 RUNNING")
+
+    panel = ScenarioPanel(StuckStage())
+    with pytest.raises(TimeoutError):
+        await panel.run()
+    assert panel.status.value.endswith("timed out after 20s waiting for 4 job(s)</div>")
+    (folded,) = panel.output.outputs
+    assert "<summary>what was stuck</summary>" in folded["data"]["text/html"]
+    assert "stuck jobs: job-1 RUNNING" in folded["data"]["text/html"]
