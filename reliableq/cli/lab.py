@@ -27,19 +27,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_stage(args: argparse.Namespace) -> int:
     import stages
-    from reliableq.lab.experiment import ScenarioParams
+    from reliableq.lab.experiment import ScenarioParams, wrap
     try:
         stage = stages.get(args.name)
     except LookupError as error:
         raise UsageError(str(error)) from None
     params = ScenarioParams(seed=args.seed)
     runs = [False, True] if args.mode == "compare" else [args.mode == "on"]
-    print(f"stage {stage.NAME}: {stage.FAILURE}\ninvariant: {stage.INVARIANT}")
+    print("\n".join(wrap([f"stage {stage.NAME}: {stage.FAILURE}", f"invariant: {stage.INVARIANT}"])))
     for on in runs:
         result = run_coroutine(stage.scenario(on, params))
-        print(f"\n--- {stage.MECHANISM or 'nothing'} {'on' if on else 'off'} ---\n{result.summary()}")
-        for row in result.rows():
-            print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+        print(f"\n{result.report()}")
     return 0
 
 

@@ -4,14 +4,17 @@ A stage (`stages/sNN_*.py`) declares one mechanism and the failure it stops; its
 the harness, the fault plan and the queue through `experiment` and returns a `ScenarioResult`: A/H/C/F
 per job as PostgreSQL recorded them, the timeline, and the stage's own measurements. This module judges
 only against the full system's honest guarantee, read off those A/H/C/F rows
-(`ScenarioResult.violations`), so a lesson's verdict is visible in its own table; the deeper database
-checks of chaos runs are `reliableq.lab.invariants`. It stages no failure itself and holds no queue logic.
+(`ScenarioResult.breaches`), so a lesson's verdict is visible in its own table, and names the mechanism
+that stops each breach, in the stages' order; the deeper database checks of chaos runs are
+`reliableq.lab.invariants`. It stages no failure itself and holds no queue logic. Its text (the verdict,
+the table, the summary the notebooks print) is wrapped to LINE_WIDTH.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import textwrap
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -29,6 +32,19 @@ from reliableq.payload import Submission
 from reliableq.worker import Worker
 
 LOST = "LOST"  # the status shown for an acknowledged job the database never stored
+ROW_COLUMNS = ("job", "status", "A", "H", "C", "F")
+# Characters per line of a result's text: a JupyterLab output area shows about 100 before it wraps,
+# and it wraps anywhere, mid-word.
+LINE_WIDTH = 96
+# What each mechanism that stops a breach does about it, to finish "remains until <mechanism> ...".
+MECHANISM_FIXES = {
+    "commit_before_ack": "commits a job before acknowledging it",
+    "skip_locked": "lets one worker at a time claim a job",
+    "leases": "lets a dead worker's claim expire",
+    "fencing": "refuses a finalize from a lost lease",
+    "idempotency": "makes the charge idempotent",
+    "dead": "stops a failing job as DEAD",
+}
 _JOB_NAMESPACE = uuid.UUID("5b0c6a52-53f4-4e0b-9a4b-6f1d1f6c2a10")
 
 
@@ -59,6 +75,19 @@ class ScenarioParams:
             raise ValueError("concurrency must be at least 1")
 
 
+@dataclass(frozen=True)
+class Breach:
+    """One way one job broke the full system's guarantee, and the mechanisms that stop it."""
+
+    job: str  # job-N
+    what: str  # completes "job-1 was ...": "charged 2 times", "left RUNNING"
+    sign: str  # how the table shows it: "C=2", "F=2", "status RUNNING"
+    # The mechanisms that stop this breach, in stage order. A double claim (skip_locked off) charges
+    # and finalizes twice with nothing failing; past it, a rerun after a crash or a pause still does
+    # until idempotency (the charge) and fencing (the finalize).
+    stopped_by: tuple[str, ...]
+
+
 @dataclass
 class ScenarioResult:
     """What one scenario run recorded. Jobs are in submission order and labelled job-1, job-2, ..."""
@@ -78,8 +107,8 @@ class ScenarioResult:
 
     def rows(self) -> list[dict[str, Any]]:
         labels = self.labels()
-        return [{"job": labels[str(c.job_id)], "status": c.status, "A": c.attempts, "H": c.handler_runs,
-                 "C": c.charges, "F": c.finalizations} for c in self.jobs]
+        return [dict(zip(ROW_COLUMNS, (labels[str(c.job_id)], c.status, c.attempts, c.handler_runs, c.charges,
+                                       c.finalizations), strict=True)) for c in self.jobs]
 
     def event_rows(self) -> list[dict[str, Any]]:
         labels = self.labels()
@@ -89,43 +118,112 @@ class ScenarioResult:
             return labels.get(job) or ", ".join(v for k, v in labels.items() if k in job) or job
         return [e.as_dict() | {"job": label(e.job_id)} for e in self.events]
 
-    def violations(self) -> list[str]:
+    def breaches(self) -> list[Breach]:
         """Where the full system's guarantee broke: every acknowledged job is stored and finishes,
         with at most one charge and at most one finalization (exactly one of each if SUCCEEDED)."""
         found = []
         for row in self.rows():
             job, status, charges, finals = row["job"], row["status"], row["C"], row["F"]
             if status == LOST:
-                found.append(f"{job} was acknowledged but never stored")
+                found.append(Breach(job, "acknowledged but never stored", f"status {LOST}", ("commit_before_ack",)))
             elif status not in SETTLED_STATUSES:
-                found.append(f"{job} was left {status}")
+                # A job is left RUNNING by a dead worker's claim that never expires, or caught mid-attempt
+                # while it is retried forever; PENDING only by the retrying.
+                stopped_by = ("leases", "dead") if status == "RUNNING" else ("dead",)
+                found.append(Breach(job, f"left {status}", f"status {status}", stopped_by))
             if charges > 1:
-                found.append(f"{job} was charged {charges} times")
+                found.append(Breach(job, f"charged {charges} times", f"C={charges}", ("skip_locked", "idempotency")))
             if finals > 1:
-                found.append(f"{job} was finalized {finals} times")
+                found.append(Breach(job, f"finalized {finals} times", f"F={finals}", ("skip_locked", "fencing")))
             if status == "SUCCEEDED" and charges == 0:
-                found.append(f"{job} succeeded without a charge")
+                found.append(Breach(job, "succeeded without a charge", "C=0", ()))
         return found
 
-    def summary(self) -> str:
-        if self.mechanism is None:
-            setting = f"Stage {self.stage} (no mechanism of its own); {self.mechanisms.describe()}"
+    def violations(self) -> list[str]:
+        """The breaches as sentences: "job-1 was charged 2 times"."""
+        return [f"{b.job} was {b.what}" for b in self.breaches()]
+
+    def fixed_by(self) -> dict[str, list[str]]:
+        """The breaches' signs ("C=2") by the mechanism that would have stopped them in this run: the
+        first of each breach's stoppers that the run had off. A breach whose stoppers were all on (or
+        that has none) is in no list."""
+        fixes: dict[str, list[str]] = {}
+        for breach in self.breaches():
+            fixer = next((m for m in breach.stopped_by if not getattr(self.mechanisms, m)), None)
+            if fixer is not None and breach.sign not in fixes.setdefault(fixer, []):
+                fixes[fixer].append(breach.sign)
+        return fixes
+
+    def verdict(self) -> list[str]:
+        """Which run this was, its jobs' statuses, whether the guarantee held, and which mechanism stops
+        each breach: this stage's own (the failure it exists for), or a later one (expected here)."""
+        own = self.mechanism
+        own_on = own is not None and getattr(self.mechanisms, own)
+        order = Mechanisms.names()
+        if own is None:
+            setting = f"Stage {stage_number(None):02d} {self.stage}, no mechanism of its own"
         else:
-            state = "on" if self.mechanism_on else "off"
-            setting = f"Stage {self.stage} with {self.mechanism} {state}; {self.mechanisms.describe()}"
+            setting = f"Stage {stage_number(own):02d} {self.stage} with {own} {'on' if own_on else 'off'}"
+        # The other switches, said briefly: a stage's run has the earlier ones on and the later ones off.
+        others = [m for m in order if m != own]
+        others_off = [m for m in others if not getattr(self.mechanisms, m)]
+        if others_off in ([], others):
+            switches = f"every {'other ' if own else ''}mechanism {'off' if others_off else 'on'}"
+        else:
+            switches = f"{'also off' if own and not own_on else 'off'}: {', '.join(others_off)}"
         statuses: dict[str, int] = {}
         for c in self.jobs:
             statuses[c.status] = statuses.get(c.status, 0) + 1
-        counts = "; ".join(f"{r['job']} {r['status']} A={r['A']} H={r['H']} C={r['C']} F={r['F']}"
-                           for r in self.rows())
-        scalars = ", ".join(f"{k}={v}" for k, v in self.measurements.items()
-                            if isinstance(v, int | float | str | bool | None))
-        broken = self.violations()
-        shown = "; ".join(broken[:4]) + (f"; and {len(broken) - 4} more" if len(broken) > 4 else "")
-        verdict = "The guarantee held." if not broken else f"The guarantee broke: {shown}."
-        return (f"{setting}. Seed {self.params.seed}, {len(self.jobs)} jobs: "
-                f"{', '.join(f'{n} {s}' for s, n in statuses.items())}. {counts}. {verdict}"
-                + (f" Measured: {scalars}." if scalars else ""))
+        counted = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        lines = [f"{setting}; {switches}.", f"Seed {self.params.seed}, {len(self.jobs)} jobs: {counted}."]
+
+        grouped: dict[str, list[Breach]] = {}  # the same breach of several jobs is said once
+        for breach in self.breaches():
+            grouped.setdefault(breach.what, []).append(breach)
+        said = [f"{', '.join(b.job for b in group)} {'was' if len(group) == 1 else 'were'} {what}"
+                for what, group in grouped.items()]
+        lines.append(f"The guarantee broke: {'; '.join(said)}." if said else "The guarantee held.")
+
+        fixes = self.fixed_by()
+        # This stage's own failure first, then the others in the order the stages fix them.
+        for fixer, signs in sorted(fixes.items(), key=lambda item: (item[0] != own, order.index(item[0]))):
+            shown, one = " and ".join(signs), len(signs) == 1
+            if fixer == own:
+                lines.append(f"This stage's failure: {shown}, which {own} fixes.")
+            elif own is None or order.index(fixer) > order.index(own):
+                lines.append(f"Expected at this stage: {shown} {'remains' if one else 'remain'} until {fixer} "
+                             f"(stage {stage_number(fixer):02d}) {MECHANISM_FIXES[fixer]}.")
+            else:  # only with switches picked by hand: an earlier stage's mechanism was off too
+                lines.append(f"Not this stage's failure: {shown} {'comes' if one else 'come'} from {fixer} "
+                             f"(stage {stage_number(fixer):02d}) being off in this run.")
+        if own is not None and not own_on and own not in fixes:
+            # Backoff's and the semaphore's failures are load, which the guarantee does not cover.
+            lines.append(f"With {own} off, this stage's failure is not a broken guarantee: see the measurements.")
+        return lines
+
+    def table(self) -> list[str]:
+        """The rows as aligned text, a header first: labels and statuses left, counts right."""
+        cells = [list(ROW_COLUMNS), *([str(value) for value in row.values()] for row in self.rows())]
+        widths = [max(len(line[i]) for line in cells) for i in range(len(ROW_COLUMNS))]
+        return ["  ".join(cell.ljust(width) if i < 2 else cell.rjust(width)
+                          for i, (cell, width) in enumerate(zip(line, widths, strict=True))).rstrip()
+                for line in cells]
+
+    def measured(self) -> list[str]:
+        """The stage's scalar measurements, one a line. Lists and dicts are left to the notebooks'
+        charts: some vary run to run (who claimed what, retry delays), which saved outputs cannot mask."""
+        scalars = [f"  {k}={v}" for k, v in self.measurements.items() if isinstance(v, int | float | str | bool | None)]
+        return ["Measured:", *scalars] if scalars else []
+
+    def summary(self) -> str:
+        """The verdict and the measurements, in lines that fit a notebook's output area; no table (the
+        notebooks show it as a DataFrame beside this)."""
+        return "\n".join(wrap([*self.verdict(), *self.measured()]))
+
+    def report(self) -> str:
+        """The verdict, the table of A/H/C/F per job, then the measurements: one run, as the CLI prints it."""
+        measured = self.measured()
+        return "\n".join(wrap([*self.verdict(), "", *self.table(), *([""] if measured else []), *measured]))
 
 
 @dataclass(frozen=True)
@@ -170,6 +268,18 @@ def stage_mechanisms(mechanism: str | None, on: bool) -> Mechanisms:
     names = Mechanisms.names()
     position = names.index(mechanism)
     return Mechanisms.up_to(names[position - 1] if position else None).with_flags(**{mechanism: on})
+
+
+def stage_number(mechanism: str | None) -> int:
+    """The stage that adds `mechanism`: 1 is naive (None), then one stage per mechanism, in order."""
+    return 1 if mechanism is None else Mechanisms.names().index(mechanism) + 2
+
+
+def wrap(lines: Sequence[str]) -> list[str]:
+    """`lines` broken at spaces to LINE_WIDTH, continuations indented; blank lines kept."""
+    return [part for line in lines
+            for part in textwrap.wrap(line, LINE_WIDTH, subsequent_indent="    ", break_long_words=False,
+                                      break_on_hyphens=False) or [""]]
 
 
 def index_stages(stages: Sequence[Stage]) -> dict[str, Stage]:
