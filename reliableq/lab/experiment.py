@@ -175,7 +175,8 @@ class ScenarioResult:
         for c in self.jobs:
             statuses[c.status] = statuses.get(c.status, 0) + 1
         counted = ", ".join(f"{n} {status}" for status, n in statuses.items())
-        lines = [f"{setting}; {switches}.", f"Seed {self.params.seed}, {len(self.jobs)} jobs: {counted}."]
+        jobs = f"{len(self.jobs)} job{'' if len(self.jobs) == 1 else 's'}"
+        lines = [f"{setting}; {switches}.", f"Seed {self.params.seed}, {jobs}: {counted}."]
 
         grouped: dict[str, list[Breach]] = {}  # the same breach of several jobs is said once
         for breach in self.breaches():
