@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from reliableq import db
+from reliableq.lab.experiment import LINE_WIDTH
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
 
@@ -70,6 +71,52 @@ def test_demo_without_idempotency_shows_two_charges():
     assert result.returncode == 0, result.stderr
     assert "C=2" in result.stdout, result.stdout
     assert "the guarantee broke" in result.stdout
+
+
+# -- stages ---------------------------------------------------------------------------------------
+
+def run_blocks(stdout: str, first_line: str) -> list[list[str]]:
+    """The output's lines per run: from each line starting with `first_line` to the next."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(first_line)]
+    return [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+
+
+@pytest.mark.slow
+def test_stage_compare_prints_a_verdict_the_table_and_the_measurements_per_run():
+    """`reliableq stage fencing compare`: per run, short verdict lines, the A/H/C/F table, then the
+    measurements. Both runs expect C=2 until idempotency; only the off run claims F=2 for fencing."""
+    result = reliableq("stage", "fencing", "compare")
+    assert result.returncode == 0, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= LINE_WIDTH, result.stdout
+    assert result.stdout.startswith("stage fencing: a paused worker wakes")
+    blocks = run_blocks(result.stdout, "Stage 05 fencing with fencing ")
+    assert len(blocks) == 2, result.stdout
+    expected = "Expected at this stage: C=2 remains until idempotency (stage 06) makes the charge idempotent."
+    for lines, switch, finalized in zip(blocks, ("off", "on"), (2, 1), strict=True):
+        table = lines.index("job    status     A  H  C  F")
+        verdict, rows, rest = lines[:table], lines[table + 1:table + 5], lines[table + 5:]
+        assert verdict[0].startswith(f"Stage 05 fencing with fencing {switch}; "), result.stdout
+        assert verdict[1] == "Seed 0, 4 jobs: 4 SUCCEEDED."
+        assert verdict[2].startswith("The guarantee broke: job-1, job-2, job-3, job-4 were charged 2 times")
+        assert verdict[-2:] == [expected, ""]  # a blank line before the table
+        assert ("This stage's failure: F=2, which fencing fixes." in verdict) == (switch == "off")
+        assert rows == [f"job-{i}  SUCCEEDED  2  2  2  {finalized}" for i in range(1, 5)]
+        refused = 4 if switch == "on" else 0
+        assert rest[:4] == ["", "Measured:", f"  stale_finalizes_won={4 - refused}",
+                            f"  stale_finalizes_refused={refused}"]
+
+
+@pytest.mark.slow
+def test_stage_that_holds_says_so_and_expects_nothing():
+    """`reliableq stage naive on`: the guarantee held, nothing is expected of a later stage."""
+    result = reliableq("stage", "naive", "on")
+    assert result.returncode == 0, result.stderr
+    (lines,) = run_blocks(result.stdout, "Stage 01 naive")
+    assert lines[:4] == ["Stage 01 naive, no mechanism of its own; every mechanism off.",
+                         "Seed 0, 4 jobs: 4 SUCCEEDED.", "The guarantee held.", ""]
+    assert lines[5:9] == [f"job-{i}  SUCCEEDED  1  1  1  1" for i in range(1, 5)]
+    assert "Expected at this stage" not in result.stdout and "failure:" not in "\n".join(lines)
 
 
 # -- bad input ------------------------------------------------------------------------------------

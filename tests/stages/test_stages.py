@@ -14,7 +14,15 @@ import pytest
 
 import stages
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import LOST, STAGE_KNOBS, ScenarioParams, ScenarioResult, compare, index_stages
+from reliableq.lab.experiment import (
+    LINE_WIDTH,
+    LOST,
+    STAGE_KNOBS,
+    ScenarioParams,
+    ScenarioResult,
+    compare,
+    index_stages,
+)
 from reliableq.lab.faults import CRASH_POINTS
 from stages import s07_backoff, s08_dead, s09_semaphore
 
@@ -242,7 +250,10 @@ async def test_idempotency_result_is_tidy():
     assert {e["job"] for e in off.event_rows()} == {f"job-{i}" for i in range(1, PARAMS.jobs + 1)}
     assert [e.seconds for e in off.events] == sorted(e.seconds for e in off.events)
     text = off.summary()
-    assert "idempotency off" in text and "charged 2 times" in text and "\n" not in text
+    assert text.splitlines()[0].startswith("Stage 06 idempotency with idempotency off;")
+    assert "job-1, job-2, job-3, job-4 were charged 2 times" in text
+    assert "A=" not in text and not any(line.startswith("job-") for line in text.splitlines())  # no table
+    assert not any(str(c.job_id) in text for c in off.jobs)
 
 
 async def test_a_runs_log_lines_name_jobs_as_its_tables_do(caplog):
@@ -255,3 +266,50 @@ async def test_a_runs_log_lines_name_jobs_as_its_tables_do(caplog):
     assert not any(str(job.job_id) in record.getMessage() for job in result.jobs for record in caplog.records)
     logging.getLogger("reliableq.worker").warning("job %s", result.jobs[0].job_id)
     assert caplog.records[-1].getMessage() == f"job {result.jobs[0].job_id}"
+
+
+# -- the verdict each run prints ---------------------------------------------------------------------------
+
+LOAD_STAGES = ("backoff", "semaphore")  # their failure is load: the guarantee holds with the mechanism off
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_stage_verdict_says_what_each_run_shows(name):
+    """Each run's verdict names the stage and its switch, and holds exactly when nothing broke. With the
+    mechanism off it claims a failure for it (or, for load, points at the measurements); the on run
+    must then show that failure gone. What it expects a later stage to fix must still be there with
+    the mechanism on, and is named in an "Expected at this stage" line, which only fencing needs."""
+    stage = stages.get(name)
+    number = NAMES.index(name) + 1
+    for result in await compared(name):
+        verdict = result.verdict()
+        held = result.violations() == []
+        assert ("The guarantee held." in verdict) == held and any(v.startswith("The guarantee broke: ")
+                                                                  for v in verdict) != held
+        expected = [line for line in verdict if line.startswith("Expected at this stage: ")]
+        assert len(expected) == (name == "fencing"), verdict
+        assert all(len(line) <= LINE_WIDTH for line in result.summary().splitlines())
+        if stage.MECHANISM is None:
+            assert verdict[0].startswith(f"Stage 01 {name}, no mechanism of its own;")
+            continue
+        switch = "on" if result.mechanism_on else "off"
+        assert verdict[0].startswith(f"Stage {number:02d} {name} with {stage.MECHANISM} {switch};")
+        own_line = [line for line in verdict if line.startswith("This stage's failure: ")]
+        load_line = f"With {stage.MECHANISM} off, this stage's failure is not a broken guarantee: see the measurements."
+        assert bool(own_line) == (not result.mechanism_on and name not in LOAD_STAGES), verdict
+        assert (load_line in verdict) == (not result.mechanism_on and name in LOAD_STAGES), verdict
+
+    off, on = await compared(name)
+    shown_on = {breach.sign for breach in on.breaches()}
+    assert stage.MECHANISM not in on.fixed_by()
+    assert not set(off.fixed_by().get(stage.MECHANISM, [])) & shown_on  # the mechanism fixed what it claimed
+    later = {fixer: signs for fixer, signs in off.fixed_by().items() if fixer != stage.MECHANISM}
+    assert later == on.fixed_by()  # and what it left to later stages remained
+
+
+async def test_fencing_verdict_expects_the_double_charge_until_idempotency():
+    """The fencing stage's on run still charges twice; its verdict says why that is expected here."""
+    off, on = await compared("fencing")
+    line = "Expected at this stage: C=2 remains until idempotency (stage 06) makes the charge idempotent."
+    assert on.verdict()[-1] == line
+    assert off.verdict()[-2:] == ["This stage's failure: F=2, which fencing fixes.", line]
