@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +107,9 @@ def test_stage_compare_prints_a_verdict_the_table_and_the_measurements_per_run()
         refused = 4 if switch == "on" else 0
         assert rest[:4] == ["", "Measured:", f"  stale_finalizes_won={4 - refused}",
                             f"  stale_finalizes_refused={refused}"]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    sample = re.search(r"`reliableq stage fencing on`:\n\n```\n(.*?)```", readme, re.DOTALL).group(1)
+    assert sample.splitlines() == blocks[1][:4]  # the README shows the on run's verdict as printed
 
 
 @pytest.mark.slow
