@@ -168,7 +168,8 @@ class ScenarioResult:
         others = [m for m in order if m != own]
         others_off = [m for m in others if not getattr(self.mechanisms, m)]
         if others_off in ([], others):
-            switches = f"every {'other ' if own else ''}mechanism {'off' if others_off else 'on'}"
+            # Mechanisms.describe()'s words ("all mechanisms on"), which the tables' run labels use.
+            switches = f"all {'other ' if own else ''}mechanisms {'off' if others_off else 'on'}"
         else:
             switches = f"{'also off' if own and not own_on else 'off'}: {', '.join(others_off)}"
         statuses: dict[str, int] = {}

@@ -118,7 +118,7 @@ def test_stage_that_holds_says_so_and_expects_nothing():
     result = reliableq("stage", "naive", "on")
     assert result.returncode == 0, result.stderr
     (lines,) = run_blocks(result.stdout, "Stage 01 naive")
-    assert lines[:4] == ["Stage 01 naive, no mechanism of its own; every mechanism off.",
+    assert lines[:4] == ["Stage 01 naive, no mechanism of its own; all mechanisms off.",
                          "Seed 0, 4 jobs: 4 SUCCEEDED.", "The guarantee held.", ""]
     assert lines[5:9] == [f"job-{i}  SUCCEEDED  1  1  1  1" for i in range(1, 5)]
     assert "Expected at this stage" not in result.stdout and "failure:" not in "\n".join(lines)

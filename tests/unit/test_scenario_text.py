@@ -65,10 +65,12 @@ def test_a_run_that_held_says_so_and_explains_nothing():
     on = made_up("idempotency", True, ("SUCCEEDED", 2, 2, 1, 1))
     assert on.verdict()[2:] == ["The guarantee held."]
     naive = made_up(None, False, OK)
-    assert naive.verdict() == ["Stage 01 naive, no mechanism of its own; every mechanism off.",
+    assert naive.verdict() == ["Stage 01 naive, no mechanism of its own; all mechanisms off.",
                                "Seed 0, 1 job: 1 SUCCEEDED.", "The guarantee held."]
     last = made_up("semaphore", True, OK)
-    assert last.verdict()[0] == "Stage 09 semaphore with semaphore on; every other mechanism on."
+    assert last.verdict()[0] == "Stage 09 semaphore with semaphore on; all other mechanisms on."
+    full = made_up(None, True, OK, mechanisms=Mechanisms())  # the naive notebook's contrast run
+    assert full.verdict()[0] == "Stage 01 naive, no mechanism of its own; all mechanisms on."
 
 
 def test_a_load_stage_off_points_at_its_measurements():
@@ -87,6 +89,7 @@ def test_unfinished_jobs_are_the_leases_or_the_dead_stages_failure():
     retrying = made_up("dead", False, ("PENDING", 7, 7, 0, 0), ("RUNNING", 6, 6, 0, 0))
     assert retrying.verdict()[-1] == "This stage's failure: status PENDING and status RUNNING, which dead fixes."
     lost = made_up("commit_before_ack", False, (LOST, 0, 0, 0, 0), OK)
+    assert lost.verdict()[0] == "Stage 02 commit-before-ack with commit_before_ack off; all other mechanisms off."
     assert lost.verdict()[2:] == ["The guarantee broke: job-1 was acknowledged but never stored.",
                                   "This stage's failure: status LOST, which commit_before_ack fixes."]
 
