@@ -64,7 +64,7 @@ async def test_a_second_run_replaces_the_first_in_the_panel():
     second = await panel.run()
     printed = "".join(o["text"] for o in panel.output.outputs if o["output_type"] == "stream")
     assert first.violations() and not second.violations()
-    assert printed.count("Stage idempotency") == 1 and "idempotency on" in printed
+    assert printed.count("Stage 06 idempotency with idempotency ") == 1 and "idempotency on" in printed
     assert len(panel.output.outputs) == len(nb.views(second))
     assert "done in" in panel.status.value
 
