@@ -15,7 +15,8 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     hooks     the named fault points the core passes, and the no-op hook production runs with
     servers   ASGI apps on loopback in a background thread
 charge/     the charge service (service), its client (client), the charge payload (payload), the `charge` kind (handler)
-lab/        harness (the one harness), experiment (a stage's run over it), processes, faults (the FaultPlan),
+lab/        harness (the one harness), experiment (a stage's run over it), scenario (its params and result),
+            panels, resave, processes, faults (the FaultPlan),
             ledger, timeline, invariants, chaos, demo, notebook
 bench/      `reliableq bench`: run, runner, scenarios, ingest, stack, gate, results, profiles, progress,
             baselines (pgbench), peers, report

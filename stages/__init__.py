@@ -1,9 +1,10 @@
 """The lab's stages, in the order the mechanisms are introduced: naive first, then one per flag of
 `reliableq.config.Mechanisms`. Each module declares its failure, its invariant and its mechanism and
-has the same `scenario(on, params)`; `reliableq.lab.experiment` holds what they share.
+has the same `scenario(on, params)`; `reliableq.lab.experiment` and `reliableq.lab.scenario` hold what they share.
 
     import asyncio, stages
-    from reliableq.lab.experiment import ScenarioParams, compare
+    from reliableq.lab.experiment import compare
+    from reliableq.lab.scenario import ScenarioParams
     off, on = asyncio.run(compare(stages.get("fencing"), ScenarioParams(seed=1)))
     print(off.summary()); print(on.rows())
 """

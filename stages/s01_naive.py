@@ -9,7 +9,8 @@ of those assumptions and adds the mechanism that survives it.
 from __future__ import annotations
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "naive"
 MECHANISM = None

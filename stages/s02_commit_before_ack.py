@@ -11,7 +11,8 @@ but the client got no 202 and can retry; what happens to the stored job afterwar
 from __future__ import annotations
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "commit-before-ack"
 MECHANISM = "commit_before_ack"

@@ -14,14 +14,8 @@ from __future__ import annotations
 import asyncio
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import (
-    Prediction,
-    ScenarioParams,
-    ScenarioResult,
-    arm_crash_all,
-    experiment,
-    stage_mechanisms,
-)
+from reliableq.lab.experiment import Prediction, arm_crash_all, experiment, stage_mechanisms
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "leases"
 MECHANISM = "leases"

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "fencing"
 MECHANISM = "fencing"

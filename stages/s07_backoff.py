@@ -18,7 +18,8 @@ import time
 from reliableq.backoff import Backoff
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "backoff"
 MECHANISM = "backoff"

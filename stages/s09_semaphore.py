@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import Prediction, ScenarioParams, ScenarioResult, experiment, stage_mechanisms
+from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "semaphore"
 MECHANISM = "semaphore"

@@ -27,7 +27,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_stage(args: argparse.Namespace) -> int:
     import stages
-    from reliableq.lab.experiment import ScenarioParams, wrap
+    from reliableq.lab.scenario import ScenarioParams, wrap
     try:
         stage = stages.get(args.name)
     except LookupError as error:

@@ -21,7 +21,7 @@ from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db
 from reliableq.lab.chaos import ChaosReport  # noqa: E402
-from reliableq.lab.experiment import ScenarioResult
+from reliableq.lab.scenario import ScenarioResult
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}

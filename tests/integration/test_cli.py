@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reliableq import db
-from reliableq.lab.experiment import LINE_WIDTH
+from reliableq.lab.scenario import LINE_WIDTH
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
 

@@ -21,8 +21,9 @@ from nbformat.sign import NotebookNotary
 import stages
 from reliableq.lab import notebook as nb
 from reliableq.lab import panels
-from reliableq.lab.experiment import Prediction, ScenarioParams, compare
+from reliableq.lab.experiment import Prediction, compare
 from reliableq.lab.resave import without_live_widgets
+from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

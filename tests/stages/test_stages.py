@@ -14,16 +14,9 @@ import pytest
 
 import stages
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import (
-    LINE_WIDTH,
-    LOST,
-    STAGE_KNOBS,
-    ScenarioParams,
-    ScenarioResult,
-    compare,
-    index_stages,
-)
+from reliableq.lab.experiment import STAGE_KNOBS, compare, index_stages
 from reliableq.lab.faults import CRASH_POINTS
+from reliableq.lab.scenario import LINE_WIDTH, LOST, ScenarioParams, ScenarioResult
 from stages import s07_backoff, s08_dead, s09_semaphore
 
 PARAMS = ScenarioParams()

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import ScenarioParams
 from reliableq.lab.panels import STAGE_DEFAULT, ScenarioPanel
+from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 
 

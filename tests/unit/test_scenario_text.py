@@ -7,15 +7,9 @@ from __future__ import annotations
 import uuid
 
 from reliableq.config import Mechanisms
-from reliableq.lab.experiment import (
-    LINE_WIDTH,
-    LOST,
-    MECHANISM_FIXES,
-    ScenarioParams,
-    ScenarioResult,
-    stage_mechanisms,
-)
+from reliableq.lab.experiment import stage_mechanisms
 from reliableq.lab.ledger import JobCounts
+from reliableq.lab.scenario import LINE_WIDTH, LOST, MECHANISM_FIXES, ScenarioParams, ScenarioResult
 
 OK = ("SUCCEEDED", 1, 1, 1, 1)
 EXPECTED_C2 = "Expected at this stage: C=2 remains until idempotency (stage 06) makes the charge idempotent."
