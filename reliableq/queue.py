@@ -132,7 +132,8 @@ class Queue:
         it, a plain read is followed by a separate update: two claimers can take the same job.
 
         `fleet_limit`: at most this many jobs RUNNING under a live lease across every worker; claims
-        are serialised by an advisory lock while they count (needs skip_locked and leases)."""
+        are serialised by an advisory lock while they count, and a claim that finds the lock taken claims
+        nothing this time (needs skip_locked and leases)."""
         if limit <= 0:
             return []
         m = self.mechanisms
@@ -154,8 +155,17 @@ class Queue:
                 if not (m.skip_locked and m.leases):
                     raise ValueError("a fleet limit needs the skip_locked and leases mechanisms")
                 async with conn.transaction():
-                    await cur.execute(_Q["job_fleet_claim_gate"])
+                    # The count travels with the try for the gate (one round trip) and is used only if
+                    # the gate was taken.
+                    gate = await conn.execute(_Q["job_fleet_claim_gate"])
                     await cur.execute(_Q["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
+                    if not (await gate.fetchone())[0]:
+                        # Another claim or a renewal holds the gate: claim nothing, try at the next poll.
+                        # Starving would need the gate held without a gap from poll to poll: claims and
+                        # renewals hold it for a statement or two, at most fleet_limit live leases are
+                        # renewed, each once per third of a lease, and a renewal held for long is a fault
+                        # that ends. Which worker's claim gets the gate first is not fair.
+                        return []
                     slots = await cur.fetchone()
                     if slots["free"] == 0:
                         return []

@@ -260,14 +260,16 @@ SELECT now() AS now;
 -- name: job_fleet_claim_gate
 -- A fleet-wide limit (issue: many workers, one database): serialise claims for the rest of this
 -- transaction, so that counting the jobs in flight and taking new ones cannot interleave between workers.
-SELECT pg_advisory_xact_lock(hashtext('reliableq fleet claim'));
+-- Tried, never waited for: PostgreSQL's lock queue is fair, so a claim queued behind a renewal holding
+-- the gate (job_fleet_renewal_gate) would make every later renewal queue behind the claim, and healthy
+-- workers' leases would run out meanwhile. `taken`: false when another claim or a renewal holds it.
+SELECT pg_try_advisory_xact_lock(hashtext('reliableq fleet claim')) AS taken;
 
 -- name: job_fleet_free_slots
 -- How many more jobs the whole fleet may run: the limit minus the RUNNING jobs whose lease is live.
 -- A crashed worker's jobs stop counting when their leases expire: its slots come back by themselves.
--- Measured at clock_timestamp(), after the gate: now() would be the transaction's start, before the
--- wait for the lock, and every lease granted after a long wait would come out short. `at` is that
--- time, for the claim that follows.
+-- Measured at clock_timestamp(), the clock job_renew_lease checks leases by, rather than the
+-- transaction's start. `at` is that time, for the claim that follows.
 SELECT greatest(%(fleet_limit)s - count(*), 0) AS free,
        coalesce(%(now)s::timestamptz, clock_timestamp()) AS at
 FROM jobs

@@ -43,7 +43,8 @@ async def test_slots_of_expired_leases_come_back(make_queue, submission):
 
 
 async def _claim_runs_into(claim: asyncio.Task, databases) -> None:
-    """Wait until `claim` has finished or waits for the fleet lock (someone else holds it)."""
+    """Wait until `claim` has finished, or waits for the fleet lock: it must not (it finds the lock taken
+    and claims nothing), and a claim that did fails the test instead of hanging it."""
     async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
         async def finished_or_waiting() -> bool:
             waiting = await (await conn.execute(
@@ -64,8 +65,9 @@ async def test_a_renewal_in_flight_never_lets_a_fleet_claim_exceed_the_limit(mak
     """Fleet limit 1. Worker A's renewal is held inside its transaction while its lease, as committed,
     runs out, and worker B's fleet claim comes in then. Checked while live, the renewal will commit a
     longer lease; checked after, it must not revive the lease. Either way B must not count A's slot free
-    and take a second job beside a lease that turns out live: B waits for the renewal's commit (the
-    renewal holds the fleet lock, shared), then counts what it committed."""
+    and take a second job beside a lease that turns out live: B finds the fleet lock taken (the renewal
+    holds it, shared) and claims nothing; its next claim, after the renewal's commit, counts what it
+    committed."""
     faults, resume = FaultPlan(), asyncio.Event()
     faults.arm_pause("during_renewal", until=resume)
     worker_a, worker_b = make_queue(faults=faults), make_queue()
@@ -80,9 +82,10 @@ async def test_a_renewal_in_flight_never_lets_a_fleet_claim_exceed_the_limit(mak
     claim_b = asyncio.create_task(worker_b.claim(1, "worker-B", 30.0, fleet_limit=1))
     await _claim_runs_into(claim_b, databases)
     resume.set()
-    renewed, claimed_by_b = await renewal, await claim_b
+    renewed = await renewal
     assert renewed is (renewal_checks == "while the lease is live")
-    assert len(claimed_by_b) == (0 if renewed else 1)
+    assert await claim_b == []
+    assert len(await worker_b.claim(1, "worker-B", 30.0, fleet_limit=1)) == (0 if renewed else 1)
     assert await _live_leases(worker_b) == 1
     assert (await invariants.fleet_limit_check(databases, 1)).held
 
@@ -134,16 +137,43 @@ async def test_without_a_fleet_limit_the_fleet_exceeds_it(databases, tmp_path):
     assert peak > 3
 
 
-async def test_a_claim_that_waited_for_the_gate_still_gets_a_full_lease(make_queue, submission, databases):
-    """Leases are measured from after the wait for the fleet's lock, not from the transaction's start."""
+async def test_a_claim_that_finds_the_gate_taken_claims_nothing_until_it_is_free(make_queue, submission,
+                                                                                databases):
+    """Another claim holds the fleet's lock: a claim does not wait for it but claims nothing (its worker
+    tries again at the next poll); once the lock is free, the next claim takes the job."""
     queue = make_queue()
     await queue.submit(submission())
     with psycopg.connect(databases.queue_url) as holder:
-        holder.execute(sql.queries("queue")["job_fleet_claim_gate"])  # holds the gate until commit
-        claim = asyncio.create_task(queue.claim(1, "waiter", lease_seconds=10, fleet_limit=5))
-        await asyncio.sleep(1.0)  # the claim waits on the lock this long: the point of the test
-        assert not claim.done()
+        assert holder.execute(sql.queries("queue")["job_fleet_claim_gate"]).fetchone()[0]  # held until commit
+        assert await asyncio.wait_for(queue.claim(1, "poller", 30.0, fleet_limit=5), 5) == []
         holder.commit()
-        (job,) = await claim
-    remaining = job.lease_expires_at - await queue.database_now()
-    assert remaining > timedelta(seconds=9.5)
+    assert len(await queue.claim(1, "poller", 30.0, fleet_limit=5)) == 1
+
+
+async def test_a_held_renewal_never_makes_a_healthy_renewal_wait_behind_a_fleet_claim(make_queue, submission,
+                                                                                    databases):
+    """Fleet limit 3, two jobs running. Worker A's renewal is held inside its transaction (holding the gate
+    shared) while worker C's fleet claim comes in, then worker B's renewal. Had the claim queued for the
+    gate, B's renewal (shared) would queue behind it (PostgreSQL's lock queue is fair) until A's renewal
+    ended, and B, a healthy worker, would lose its lease. The claim must skip this poll instead: B's
+    renewal commits at once and the free slot is claimed once the gate is free."""
+    faults, resume = FaultPlan(), asyncio.Event()
+    worker_a, worker_b, worker_c = make_queue(faults=faults), make_queue(), make_queue()
+    for _ in range(3):
+        await worker_c.submit(submission())
+    (job_a,) = await worker_a.claim(1, "worker-A", lease_seconds=30.0, fleet_limit=3)
+    (job_b,) = await worker_b.claim(1, "worker-B", lease_seconds=1.0, fleet_limit=3)
+    faults.arm_pause("during_renewal", until=resume, job_filter=lambda job: job.id == job_a.id)
+    renewal_a = asyncio.create_task(worker_a.renew(job_a, 30.0, fleet_limited=True))
+    await wait_until(lambda: faults.pauses_in_progress > 0, 5, "worker A's renewal to be held", 0.01)
+    claim_c = asyncio.create_task(worker_c.claim(1, "worker-C", 30.0, fleet_limit=3))
+    await _claim_runs_into(claim_c, databases)
+    renewal_b = asyncio.create_task(worker_b.renew(job_b, 30.0, fleet_limited=True))
+    await wait_until_lease_ran_out(worker_b, job_b)  # B's lease as claimed; renewed, it runs on
+    resume.set()
+    assert await renewal_a is True
+    assert await renewal_b is True, "worker B's renewal waited behind the fleet claim and lost its lease"
+    assert await claim_c == []  # the gate was taken: nothing claimed this poll
+    assert len(await worker_c.claim(1, "worker-C", 30.0, fleet_limit=3)) == 1  # the next poll takes the slot
+    assert await _live_leases(worker_c) == 3
+    assert (await invariants.fleet_limit_check(databases, 3)).held
