@@ -155,10 +155,7 @@ class Queue:
                 if not (m.skip_locked and m.leases):
                     raise ValueError("a fleet limit needs the skip_locked and leases mechanisms")
                 async with conn.transaction():
-                    # The count travels with the try for the gate (one round trip) and is used only if
-                    # the gate was taken.
                     gate = await conn.execute(_Q["job_fleet_claim_gate"])
-                    await cur.execute(_Q["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
                     if not (await gate.fetchone())[0]:
                         # Another claim or a renewal holds the gate: claim nothing, try at the next poll.
                         # Starving would need the gate held without a gap from poll to poll: claims and
@@ -166,6 +163,7 @@ class Queue:
                         # renewed, each once per third of a lease, and a renewal held for long is a fault
                         # that ends. Which worker's claim gets the gate first is not fair.
                         return []
+                    await cur.execute(_Q["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
                     slots = await cur.fetchone()
                     if slots["free"] == 0:
                         return []
