@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -102,6 +103,10 @@ class Experiment:
     started: datetime
     submitted: list[uuid.UUID] = field(default_factory=list)  # in order, whether stored or not
     fault_plans: list[FaultPlan] = field(default_factory=list)
+    log_labels: _JobLabels = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.log_labels = _JobLabels(self.submitted)
 
     @property
     def mechanisms(self) -> Mechanisms:
@@ -133,14 +138,18 @@ class Experiment:
             submission = Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts)
             await self.system.submit_direct(submission, job_id)
             ids.append(job_id)
-        self.submitted.extend(ids)
+        self._submitted(ids)
         return ids
 
     async def submit_http(self, amount_cents: int = 1250) -> uuid.UUID:
         """Submit one job through the API; the id is the client's receipt, stored or not."""
         job_id = await self.system.submit_http(amount_cents)
-        self.submitted.append(job_id)
+        self._submitted([job_id])
         return job_id
+
+    def _submitted(self, ids: Sequence[uuid.UUID]) -> None:
+        self.submitted.extend(ids)
+        self.log_labels.log_held()
 
     async def wait_for(self, condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 20.0) -> None:
         await self.system.wait_until(condition, timeout, what)
@@ -178,14 +187,14 @@ async def experiment(stage: str, mechanism: str | None, on: bool, params: Scenar
     mechanisms = params.mechanisms or stage_mechanisms(mechanism, on)
     async with local_system(mechanisms, charge_faults, database_prefix="rq_stage") as system:
         run = Experiment(stage, mechanism, on, params, system, datetime.now(UTC))
-        labels = _JobLabels(run)
         for name in CORE_LOGGERS:
-            logging.getLogger(name).addFilter(labels)
+            logging.getLogger(name).addFilter(run.log_labels)
         try:
             yield run
         finally:
             for name in CORE_LOGGERS:
-                logging.getLogger(name).removeFilter(labels)
+                logging.getLogger(name).removeFilter(run.log_labels)
+            run.log_labels.log_held()
 
 
 CORE_LOGGERS = ("reliableq.worker", "reliableq.api")  # the core's loggers a learner reads during a run
@@ -193,15 +202,36 @@ CORE_LOGGERS = ("reliableq.worker", "reliableq.api")  # the core's loggers a lea
 
 class _JobLabels(logging.Filter):
     """Names a run's jobs in the core's log lines as its tables and charts do (job-1, ...), not by id.
-    A filter on each logger, because a logger's filters see only the records logged on it."""
+    A filter on each logger, because a logger's filters see only the records logged on it.
 
-    def __init__(self, run: Experiment) -> None:
+    A line can name a job before the run knows its id: the API logs a crash after its 202 went out,
+    on its own thread, while the client may not have read that 202 yet. Such a line is held back
+    and logged once the run learns the id, so it names the job as the table will; a line whose ids the
+    run never learns is logged as it was when the run ends."""
+
+    def __init__(self, submitted: list[uuid.UUID]) -> None:
         super().__init__()
-        self.run = run
+        self.submitted = submitted  # the run's list, which grows as it submits
+        self.held: list[logging.LogRecord] = []
+        self.lock = threading.Lock()  # the API logs on its server's thread, the run learns ids on its own
 
     def filter(self, record: logging.LogRecord) -> bool:
+        with self.lock:
+            labels = {job_id: f"job-{number}" for number, job_id in enumerate(self.submitted, start=1)}
+            args = record.args if isinstance(record.args, tuple) else ()
+            if any(isinstance(arg, uuid.UUID) and arg not in labels for arg in args):
+                self.held.append(record)
+                return False
         message = record.getMessage()
-        for number, job_id in enumerate(self.run.submitted, start=1):
-            message = message.replace(f"job {job_id}", f"job-{number}").replace(str(job_id), f"job-{number}")
+        for job_id, label in labels.items():
+            message = message.replace(f"job {job_id}", label).replace(str(job_id), label)
         record.msg, record.args = message, ()
         return True
+
+    def log_held(self) -> None:
+        """Log each held line again. With the filter on, those whose ids the run now knows pass, named,
+        and the rest are held again; once it is off (the run has ended), all pass as they were."""
+        with self.lock:
+            held, self.held = self.held, []
+        for record in held:
+            logging.getLogger(record.name).handle(record)

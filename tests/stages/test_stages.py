@@ -261,6 +261,15 @@ async def test_a_runs_log_lines_name_jobs_as_its_tables_do(caplog):
     assert caplog.records[-1].getMessage() == f"job {result.jobs[0].job_id}"
 
 
+
+async def test_the_api_crash_line_names_the_job_it_lost_as_the_table_does(caplog):
+    """The API logs its crash before the client has read the 202 with the job's id; the line still
+    says job-1 (the LOST row), not a UUID the learner could match with nothing."""
+    result = await stages.get("commit-before-ack").scenario(False, ScenarioParams(seed=1))
+    crashes = [r.getMessage() for r in caplog.records if r.name == "reliableq.api"]
+    assert crashes == ["simulated API crash after acknowledging job-1: the job is lost"]
+    assert result.rows()[0]["job"] == "job-1" and result.rows()[0]["status"] == LOST
+
 # -- the verdict each run prints ---------------------------------------------------------------------------
 
 LOAD_STAGES = ("backoff", "semaphore")  # their failure is load: the guarantee holds with the mechanism off
