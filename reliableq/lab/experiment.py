@@ -24,7 +24,7 @@ from reliableq.lab import timeline
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.ledger import JobCounts
-from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult
+from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult, job_labels
 from reliableq.payload import Submission
 from reliableq.worker import Worker
 
@@ -217,14 +217,14 @@ class _JobLabels(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         with self.lock:
-            labels = {job_id: f"job-{number}" for number, job_id in enumerate(self.submitted, start=1)}
+            labels = job_labels(self.submitted)
             args = record.args if isinstance(record.args, tuple) else ()
-            if any(isinstance(arg, uuid.UUID) and arg not in labels for arg in args):
+            if any(isinstance(arg, uuid.UUID) and str(arg) not in labels for arg in args):
                 self.held.append(record)
                 return False
         message = record.getMessage()
         for job_id, label in labels.items():
-            message = message.replace(f"job {job_id}", label).replace(str(job_id), label)
+            message = message.replace(f"job {job_id}", label).replace(job_id, label)
         record.msg, record.args = message, ()
         return True
 

@@ -10,7 +10,7 @@ wrapped to LINE_WIDTH.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,13 @@ MECHANISM_FIXES = {
     "idempotency": "makes the charge idempotent",
     "dead": "stops a failing job as DEAD",
 }
+
+
+def job_labels(job_ids: Iterable[object]) -> dict[str, str]:
+    """Job id (as text) -> job-N, N its place in submission order: the name a learner reads in every
+    table, chart, log line and report of a run, where the id is a UUID that means nothing to them and
+    changes from run to run."""
+    return {str(job_id): f"job-{n}" for n, job_id in enumerate(job_ids, start=1)}
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ class ScenarioResult:
 
     def labels(self) -> dict[str, str]:
         """Job id -> job-N; labels rather than ids so seeded runs compare equal."""
-        return {str(c.job_id): f"job-{i}" for i, c in enumerate(self.jobs, start=1)}
+        return job_labels(c.job_id for c in self.jobs)
 
     def rows(self) -> list[dict[str, Any]]:
         labels = self.labels()
