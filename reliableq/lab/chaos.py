@@ -23,6 +23,7 @@ from reliableq.lab import invariants
 from reliableq.lab.faults import CRASH_POINTS, FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.invariants import Check
+from reliableq.lab.scenario import job_labels
 from reliableq.lab.timeline import Event, collect
 from reliableq.worker import WorkerStats
 
@@ -107,7 +108,7 @@ class ChaosReport:
     config: ChaosConfig
     schedule: list[ScheduledFault]
     checks: list[Check]
-    acknowledged: int
+    job_ids: list[uuid.UUID]  # the acknowledged jobs, in submission order
     restarts: int
     settled: bool
     seconds: float
@@ -117,6 +118,14 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         return all(check.held for check in self.checks)
+
+    @property
+    def acknowledged(self) -> int:
+        return len(self.job_ids)
+
+    def label(self, job_id: uuid.UUID | str) -> str:
+        """The job's name in this run's report: job-N, the Nth submitted (the schedule's job_index N-1)."""
+        return job_labels(self.job_ids)[str(job_id)]
 
     def shortest_broken_history(self) -> list[Event]:
         """The events of the offending job with the fewest events: the smallest story of the failure."""
@@ -149,7 +158,7 @@ class ChaosReport:
             lines.append(f"VIOLATED with seed {c.seed}: " + "; ".join(broken))
             history = self.shortest_broken_history()
             if history:
-                lines.append(f"shortest history that broke (job {history[0].job_id}):")
+                lines.append(f"shortest history that broke ({self.label(history[0].job_id)}):")
                 lines += [f"  {e.seconds:8.3f}s  {e.worker:<24} {e.kind:<14} {e.detail}" for e in history]
         return "\n".join(lines)
 
@@ -214,7 +223,7 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         checks.append(await invariants.accounts_check(system.databases, accounts))
         events = await collect(system.databases, started_wall, [faults, api_faults])
         status_counts = await system.queue.counts()
-    return ChaosReport(config, schedule, checks, len(acknowledged), sum(slot.restarts for slot in results),
+    return ChaosReport(config, schedule, checks, acknowledged, sum(slot.restarts for slot in results),
                        settled, seconds, status_counts, events)
 
 

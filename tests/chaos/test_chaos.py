@@ -93,6 +93,10 @@ async def test_switching_a_mechanism_off_names_the_invariant_that_breaks(mechani
     broken = [check.name for check in report.checks if not check.held]
     assert BROKEN_WITHOUT[mechanism] in broken, report.text()
     assert f"VIOLATED with seed {SEED}" in report.text()
+    # A per-job invariant's history names its job as submitted (backoff's and the semaphore's are not per job).
+    if report.shortest_broken_history():
+        assert "shortest history that broke (job-" in report.text()
+    assert not any(str(job_id) in report.text() for job_id in report.job_ids)
 
 
 @pytest.mark.slow
@@ -105,4 +109,4 @@ def test_chaos_command_exits_non_zero_on_a_violation():
     broken = subprocess.run(args + ["--off", "idempotency"], capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1
     assert "BROKEN" in broken.stdout and "one charge per job" in broken.stdout
-    assert "shortest history that broke" in broken.stdout
+    assert "shortest history that broke (job-" in broken.stdout
