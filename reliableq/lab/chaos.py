@@ -124,7 +124,7 @@ class ChaosReport:
         return len(self.job_ids)
 
     def label(self, job_id: uuid.UUID | str) -> str:
-        """The job's name in this run's report: job-N, the Nth submitted (the schedule's job_index N-1)."""
+        """The job's name in this run's report: job-N, the Nth submitted (its ScheduledFault.job_index is N-1)."""
         return job_labels(self.job_ids)[str(job_id)]
 
     def shortest_broken_history(self) -> list[Event]:

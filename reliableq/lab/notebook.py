@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ import pandas as pd  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db
-from reliableq.lab.chaos import ChaosReport  # noqa: E402
-from reliableq.lab.scenario import ScenarioResult
+from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
+from reliableq.lab.scenario import ScenarioResult, job_label
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}
@@ -152,6 +153,12 @@ def plot_measurement(key: str, *results: ScenarioResult, ylabel: str, title: str
     pd.Series({label(r): r.measurements[key] for r in results}).plot.bar(ax=ax, rot=0, ylabel=ylabel, title=title)
     fig.tight_layout()
     return fig
+
+
+def schedule_table(schedule: Sequence[ScheduledFault]) -> pd.DataFrame:
+    """A chaos seed's faults, each on its job named as the report names it (job-1 is the first submitted)."""
+    return pd.DataFrame([{"job": job_label(f.job_index + 1), "action": f.action, "point": f.point}
+                         for f in schedule])
 
 
 def checks_table(report: ChaosReport) -> pd.DataFrame:

@@ -36,11 +36,15 @@ MECHANISM_FIXES = {
 }
 
 
+def job_label(n: int) -> str:
+    """The name of a run's nth submitted job (from 1) in every table, chart, log line and report a learner
+    reads, where its id is a UUID that means nothing to them and changes from run to run."""
+    return f"job-{n}"
+
+
 def job_labels(job_ids: Iterable[object]) -> dict[str, str]:
-    """Job id (as text) -> job-N, N its place in submission order: the name a learner reads in every
-    table, chart, log line and report of a run, where the id is a UUID that means nothing to them and
-    changes from run to run."""
-    return {str(job_id): f"job-{n}" for n, job_id in enumerate(job_ids, start=1)}
+    """Job id (as text) -> its job_label, by submission order."""
+    return {str(job_id): job_label(n) for n, job_id in enumerate(job_ids, start=1)}
 
 
 @dataclass(frozen=True)

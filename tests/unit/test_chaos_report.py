@@ -1,10 +1,12 @@
 """A chaos report's text, from a made-up run (no database): the shortest history that broke names its
-job as the learner can follow it (job-N, the Nth submitted), not by the UUID the run gave it."""
+job as the learner can follow it (job-N, the Nth submitted, as the schedule table names it), not by the
+UUID the run gave it."""
 
 from __future__ import annotations
 
 import uuid
 
+from reliableq.lab import notebook as nb
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, fault_schedule
 from reliableq.lab.invariants import Check
 from reliableq.lab.timeline import Event
@@ -38,3 +40,11 @@ def test_the_shortest_broken_history_names_its_job_by_submission_order():
     assert not any(str(job_id) in text for job_id in report.job_ids)
     assert report.label(report.job_ids[1]) == "job-2" == report.label(str(report.job_ids[1]))
     assert report.acknowledged == 3
+
+
+def test_the_schedule_table_names_each_job_as_the_report_does():
+    """A learner finds the job a report names in the schedule of faults under the same name."""
+    report = broken_run()
+    table = nb.schedule_table(report.schedule)
+    assert list(table.columns) == ["job", "action", "point"]
+    assert table["job"].tolist() == [report.label(report.job_ids[f.job_index]) for f in report.schedule]
