@@ -34,8 +34,18 @@ TICK_SECONDS = 0.5  # how often the status line of a run in progress is redrawn
 STAGE_DEFAULT = "stage default"  # the crash-point choice that leaves the stage's own story alone
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 RUN_FIRST = "Run the notebook (Run ▸ Run All Cells) to use this panel."
-# Before the first run: what to do if a click does nothing (a widget cannot tell that its kernel is gone).
-READY = "Press Run. If nothing happens, this notebook's kernel is gone: run all cells again."
+READY = "Press Run."
+KERNEL_GONE = "This panel's kernel is gone (shut down or restarted): run all cells again to use it."
+# The kernel cannot say it is gone, so the page does, by CSS: JupyterLab 4 marks a widget view whose kernel
+# restarted as `jupyter-widgets-disconnected`, and a notebook whose kernel was shut down or died shows an
+# execution indicator of status "unknown" or "dead" (a browser test shuts a kernel down and sees the notice).
+_GONE = ".reliableq-kernel-gone"
+_KERNEL_GONE_NOTICE = (
+    f"<style>{_GONE}{{display:none;color:#b00}}"
+    f".jupyter-widgets-disconnected {_GONE},"
+    f'.jp-NotebookPanel:has(.jp-Notebook-ExecutionIndicator:is([data-status="unknown"],[data-status="dead"])) '
+    f"{_GONE}{{display:block}}</style>"
+    f'<div class="{_GONE[1:]}">⚠ {html.escape(KERNEL_GONE)}</div>')
 
 
 class Pictured:
@@ -73,7 +83,7 @@ class RunPanel(Pictured):
         self.button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         self.widget = widgets.VBox([header, controls, widgets.HBox([self.button, self.stop_button]),
-                                    self.status, self.output])
+                                    widgets.HTML(_KERNEL_GONE_NOTICE), self.status, self.output])
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -85,7 +95,14 @@ class RunPanel(Pictured):
         raise NotImplementedError
 
     def start(self) -> asyncio.Task:
-        """What the Run button does: run in the background; the panel itself reports how it ended."""
+        """What the Run button does: run in the background; the panel itself reports how it ended.
+
+        The run reads the switches as the kernel has them, so a tick sent before the click must be handled
+        before it. With JupyterLab's default of sending widget messages over a kernel subshell, ipykernel
+        7 routes each widget's messages to the thread that last wrote to that widget: a tick could go to
+        the main thread and the click to the subshell, and the click won (in the browser test, one run in
+        two read the old switch). The lab's JupyterLab defaults (jupyterlab_overrides.json) keep widget
+        messages on the main shell, where they are handled in the order sent."""
         task = asyncio.ensure_future(self.run())
         task.add_done_callback(_reported)
         return task

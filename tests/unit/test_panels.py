@@ -4,6 +4,9 @@ so every state is reached on purpose: the live status line, Stop, and a failure 
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +112,22 @@ async def test_a_long_failure_keeps_one_line_in_the_status_and_folds_the_rest():
     (folded,) = panel.output.outputs
     assert "<summary>what was stuck</summary>" in folded["data"]["text/html"]
     assert "stuck jobs: job-1 RUNNING" in folded["data"]["text/html"]
+
+
+def test_a_panel_carries_a_hidden_notice_that_the_page_shows_once_the_kernel_is_gone():
+    """The kernel cannot say it is gone; the page's own marks of a restarted or dead kernel show the notice
+    (the browser test sees it after a shutdown)."""
+    notice = ScenarioPanel(WaitingStage()).widget.children[3].value
+    assert ".jupyter-widgets-disconnected .reliableq-kernel-gone," in notice and "data-status=\"dead\"" in notice
+    assert "kernel is gone" in notice
+
+
+def test_the_lab_keeps_widget_messages_off_kernel_subshells_by_default():
+    """The installed JupyterLab default that keeps a tick ahead of the click sent after it (RunPanel.start
+    says why) names a real setting and one of its allowed values."""
+    share = Path(sys.prefix) / "share" / "jupyter" / "lab"
+    overrides = json.loads((share / "settings" / "overrides.d" / "reliableq.json").read_text())
+    schema = json.loads((share / "schemas/@jupyterlab/apputils-extension/kernels-settings.json").read_text())
+    setting = schema["properties"]["commsOverSubshells"]
+    value = overrides["@jupyterlab/apputils-extension:kernels-settings"]["commsOverSubshells"]
+    assert value == "disabled" and value in [choice["const"] for choice in setting["oneOf"]]
