@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class RetryDelays(Protocol):
+    def delay(self, attempt: int, job_key: str = "") -> float:
+        """Seconds to wait after failed attempt `attempt` (1-based) of the job `job_key`."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -81,14 +81,20 @@ class Queue:
     """Jobs in PostgreSQL, read and written according to `mechanisms`."""
 
     def __init__(self, pool: AsyncConnectionPool, mechanisms: Mechanisms = Mechanisms(),
-                 faults: FaultHook | None = None) -> None:
+                 faults: FaultHook | None = None, replaced_queries: Mapping[str, str] | None = None) -> None:
+        """`replaced_queries`: named queries of sql/queue.sql to run in place of the shipped text (the
+        lab's exercises plug a learner's SQL in here); their parameters are the same."""
         self.pool = pool
         self.mechanisms = mechanisms
         self.faults = faults or FaultHook()  # the lab installs a FaultPlan here; production, the no-op
+        unknown = set(replaced_queries or ()) - _Q.keys()
+        if unknown:
+            raise ValueError(f"no query named {', '.join(sorted(unknown))} in queue.sql")
+        self.queries = {**_Q, **(replaced_queries or {})}
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
-            cur = await conn.cursor(row_factory=dict_row).execute(_Q[query], params)
+            cur = await conn.cursor(row_factory=dict_row).execute(self.queries[query], params)
             return await cur.fetchall()
 
     # -- submission -------------------------------------------------------------------------
@@ -150,12 +156,12 @@ class Queue:
         async with self.pool.connection() as conn, conn.pipeline():
             cur = conn.cursor(row_factory=dict_row)
             if m.dead and m.leases:
-                await cur.execute(_Q["job_dead_expired_exhausted"], params)
+                await cur.execute(self.queries["job_dead_expired_exhausted"], params)
             if fleet_limit is not None:
                 if not (m.skip_locked and m.leases):
                     raise ValueError("a fleet limit needs the skip_locked and leases mechanisms")
                 async with conn.transaction():
-                    gate = await conn.execute(_Q["job_fleet_claim_gate"])
+                    gate = await conn.execute(self.queries["job_fleet_claim_gate"])
                     if not (await gate.fetchone())[0]:
                         # Another claim or a renewal holds the gate: claim nothing, try at the next poll.
                         # Starving would need the gate held without a gap from poll to poll: claims and
@@ -163,26 +169,26 @@ class Queue:
                         # renewed, each once per third of a lease, and a renewal held for long is a fault
                         # that ends. Which worker's claim gets the gate first is not fair.
                         return []
-                    await cur.execute(_Q["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
+                    await cur.execute(self.queries["job_fleet_free_slots"], {"fleet_limit": fleet_limit, "now": now})
                     slots = await cur.fetchone()
                     if slots["free"] == 0:
                         return []
-                    await cur.execute(_Q["job_claim_due_skip_locked"],
+                    await cur.execute(self.queries["job_claim_due_skip_locked"],
                                       {**params, "limit": min(limit, slots["free"]), "now": slots["at"]})
                     rows = await cur.fetchall()
             elif m.skip_locked:
                 # One statement (select-for-update and mark, as CTEs): one round trip instead of four
                 # (BEGIN, select, update, COMMIT) with the same locks; `reliableq bench` measured the difference.
-                await cur.execute(_Q["job_claim_due_skip_locked"], params)
+                await cur.execute(self.queries["job_claim_due_skip_locked"], params)
                 rows = await cur.fetchall()
             else:
                 # Two statements, each committed on its own (the pool's connections autocommit).
-                await cur.execute(_Q["job_select_due"], params)
+                await cur.execute(self.queries["job_select_due"], params)
                 ids = [row["id"] for row in await cur.fetchall()]
                 if not ids:
                     return []
                 await self.faults.reach("before_claim_update", ids, worker_id)
-                await cur.execute(_Q["job_mark_claimed"], {**params, "ids": ids})
+                await cur.execute(self.queries["job_mark_claimed"], {**params, "ids": ids})
                 rows = await cur.fetchall()
         return [Job.from_row(row) for row in rows]
 
@@ -191,7 +197,7 @@ class Queue:
     async def _finalize(self, query: str, job: Job, **params: Any) -> bool:
         async with self.pool.connection() as conn:
             async with conn.transaction():
-                cur = await conn.execute(_Q[query], {
+                cur = await conn.execute(self.queries[query], {
                     "job_id": job.id, "lease_token": job.lease_token,
                     "fenced": self.mechanisms.fencing, **params,
                 })
@@ -209,8 +215,8 @@ class Queue:
         async with self.pool.connection() as conn:
             async with conn.transaction():
                 if fleet_limited:
-                    await conn.execute(_Q["job_fleet_renewal_gate"])
-                cur = await conn.execute(_Q["job_renew_lease"], {
+                    await conn.execute(self.queries["job_fleet_renewal_gate"])
+                cur = await conn.execute(self.queries["job_renew_lease"], {
                     "job_id": job.id, "lease_token": job.lease_token, "fenced": self.mechanisms.fencing,
                     "lease_seconds": lease_seconds})
                 won = (await cur.fetchone())[0]
@@ -229,7 +235,7 @@ class Queue:
             await self.faults.reach("before_group_commit", job, job.worker_id or "")
         async with self.pool.connection() as conn:
             async with conn.transaction():
-                cur = await conn.execute(_Q["job_succeed"], {
+                cur = await conn.execute(self.queries["job_succeed"], {
                     "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
                     "fenced": self.mechanisms.fencing})
                 won = [bool(claim_won) for (claim_won,) in await cur.fetchall()]

@@ -27,16 +27,21 @@ def schema(database: str) -> str:
 @cache
 def queries(database: str) -> dict[str, str]:
     """The named queries of `sql/<database>.sql` ('queue', 'charge', 'lab_queue', ...), name -> SQL text."""
+    return parse_named((SQL_DIR / f"{database}.sql").read_text(), f"{database}.sql")
+
+
+def parse_named(text: str, source: str) -> dict[str, str]:
+    """Name -> SQL of the named blocks in `text`; `source` names the text in errors."""
     named: dict[str, str] = {}
     name = None
     lines: list[str] = []
-    for line in (SQL_DIR / f"{database}.sql").read_text().splitlines():
+    for line in text.splitlines():
         if line.startswith(_NAME_MARKER):
             if name:
                 named[name] = "\n".join(lines).strip()
             name, lines = line[len(_NAME_MARKER):].strip(), []
             if name in named:
-                raise ValueError(f"query {name!r} is defined twice in {database}.sql")
+                raise ValueError(f"query {name!r} is defined twice in {source}")
         elif name is not None and not line.startswith("--"):
             lines.append(line)
     if name:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from reliableq.backoff import Backoff
+from reliableq.backoff import Backoff, RetryDelays
 from reliableq.config import WorkerSettings
 from reliableq.group_commit import GroupCommitter
 from reliableq.handlers import HandlerRegistry, Outcome
@@ -63,14 +63,17 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
-                 faults: FaultHook | None = None) -> None:
+                 faults: FaultHook | None = None, backoff: RetryDelays | None = None) -> None:
+        """`backoff`: the retry delays to use instead of the settings' Backoff (anything with the same
+        `delay(attempt, job_key)`; the lab's exercises plug a learner's policy in here)."""
         self.queue = queue
         self.mechanisms = queue.mechanisms
         self.handlers = handlers
         self.settings = settings
         self.faults = faults or FaultHook()
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_worker_numbers)}"
-        self.backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds, settings.backoff_seed)
+        self.backoff = backoff or Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds,
+                                          settings.backoff_seed)
         self.stats = WorkerStats()
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()

@@ -28,11 +28,13 @@ from reliableq.cli.arguments import (
 )
 from reliableq.cli.bench import cmd_bench
 from reliableq.cli.database import cmd_db, cmd_migrate
+from reliableq.cli.exercise import cmd_exercise
 from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
 from reliableq.cli.operators import cmd_jobs, cmd_replay, cmd_submit
 from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 from reliableq.config import DEFAULT_REPLAY_BUDGET, WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
+from reliableq.lab.exercises.checker import DEFAULT_SEEDS
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.payload import DEFAULT_KIND, InvalidSubmission
 from reliableq.queue import STATUSES
@@ -149,6 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jobs in flight across all workers (checked: live leases never exceed it)")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_chaos)
+
+    p = sub.add_parser("exercise", help="write a mechanism yourself; the lab's checker grades it")
+    p.add_argument("action", choices=["list", "start", "check", "hint", "solution", "reset"])
+    p.add_argument("name", nargs="?", help="the exercise (see: reliableq exercise list)")
+    p.add_argument("--workspace", default="workspace", help="your exercise files and progress (default: ./workspace)")
+    p.add_argument("--seed", type=int, default=1, help="check: the seed of the scenario and the first chaos run")
+    p.add_argument("--seeds", type=positive_int, default=DEFAULT_SEEDS, help="check: how many seeded chaos runs")
+    p.add_argument("--give-up", action="store_true", help="solution: show it before a pass")
+    p.set_defaults(run=cmd_exercise)
 
     p = sub.add_parser("bench", help="benchmark real processes against pgbench; gated by the invariants")
     p.add_argument("--profile", choices=["tiny", "quick", "full"], default="quick",

@@ -23,6 +23,7 @@ from reliableq.lab import invariants
 from reliableq.lab.faults import CRASH_POINTS, FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.invariants import Check
+from reliableq.lab.pieces import SHIPPED, Pieces
 from reliableq.lab.scenario import job_labels
 from reliableq.lab.timeline import Event, collect
 from reliableq.worker import WorkerStats
@@ -54,6 +55,7 @@ class ChaosConfig:
     fleet_limit: int | None = None  # jobs in flight across all workers; None: no fleet limit
     settle_seconds: float = 60.0  # how long the system may take to finish every job
     mechanisms: Mechanisms = Mechanisms()
+    pieces: Pieces = SHIPPED  # a learner's queries or policy in place of the shipped ones (the exercises)
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
                              charge_timeout_seconds=max(1.0, config.lease_seconds), fleet_limit=config.fleet_limit)
     started_wall = None
     async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos",
-                            worker_pool_size=_worker_pool_size(config)) as system:
+                            worker_pool_size=_worker_pool_size(config), pieces=config.pieces) as system:
         started_wall = await system.queue.database_now()
         by_index = {f.job_index: f for f in schedule}
         api_crash_calls = [i for i, f in sorted(by_index.items()) if f.action == "api_crash"]

@@ -185,7 +185,7 @@ async def experiment(stage: str, mechanism: str | None, on: bool, params: Scenar
                      charge_faults: ChargeFaults | None = None) -> AsyncIterator[Experiment]:
     """A fresh LocalSystem with the stage's mechanisms; its scratch databases are dropped on exit."""
     mechanisms = params.mechanisms or stage_mechanisms(mechanism, on)
-    async with local_system(mechanisms, charge_faults, database_prefix="rq_stage") as system:
+    async with local_system(mechanisms, charge_faults, database_prefix="rq_stage", pieces=params.pieces) as system:
         run = Experiment(stage, mechanism, on, params, system, datetime.now(UTC))
         for name in CORE_LOGGERS:
             logging.getLogger(name).addFilter(run.log_labels)

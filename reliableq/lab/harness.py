@@ -34,6 +34,7 @@ from reliableq.handlers import HandlerRegistry
 from reliableq.lab import processes
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.ledger import JobCounts, job_counts
+from reliableq.lab.pieces import SHIPPED, Pieces
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
@@ -56,6 +57,7 @@ class LocalSystem:
     http: httpx.AsyncClient
     worker_pool: AsyncConnectionPool | None  # shared by in-process workers; None if started without one
     logs: Path | None = None  # where worker processes write their output; a pipe each without it
+    pieces: Pieces = SHIPPED  # what the in-process workers run in place of the shipped queries and policy
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _workers: list[Worker] = field(default_factory=list)
     _charge_clients: list[ChargeClient] = field(default_factory=list)  # closed when the workers stop
@@ -81,12 +83,13 @@ class LocalSystem:
         if self.worker_pool is None:
             raise RuntimeError("this system was started without a pool for in-process workers")
         m = mechanisms or self.mechanisms
-        queue = Queue(self.worker_pool, m, faults)
+        queue = Queue(self.worker_pool, m, faults, self.pieces.queue_queries)
         if handlers is None:
             charges = ChargeClient(self.charge_url, settings.charge_timeout_seconds, send_idempotency_key=m.idempotency)
             self._charge_clients.append(charges)
             handlers = standard_handlers(charges)
-        worker = Worker(queue, handlers, settings, faults)
+        retry_delays = self.pieces.retry_delays(settings) if self.pieces.retry_delays else None
+        worker = Worker(queue, handlers, settings, faults, retry_delays)
         self._workers.append(worker)
         return worker
 
@@ -198,14 +201,16 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
                        database_prefix: str = "rq_lab", worker_pool_size: int = 20,
                        servers: Literal["threads", "processes"] = "threads", charge_args: Sequence[str] = (),
                        api: bool = True, charge: bool = True, templates: db.Databases | None = None,
-                       logs: Path | None = None) -> AsyncIterator[LocalSystem]:
+                       logs: Path | None = None, pieces: Pieces = SHIPPED) -> AsyncIterator[LocalSystem]:
     """Start a LocalSystem; on exit stop its workers and servers and drop its scratch databases.
 
     `databases`: use these (migrated here) instead of fresh scratch ones, cloned from `templates` if
     given. `servers`: run the API and the charge service in this process ("threads", with live
     `charge_faults` and `api_faults`) or as `reliableq` processes ("processes", the charge service given
     `charge_args`). `api`, `charge`: start that server at all. `worker_pool_size`: connections the
-    in-process workers share (0: none). `logs`: a folder for the processes' output."""
+    in-process workers share (0: none). `logs`: a folder for the processes' output. `pieces`: what its
+    in-process workers run in place of the shipped queries and retry policy (worker processes run the
+    shipped ones)."""
     in_threads = servers == "threads"
     if not in_threads and (charge_faults is not None or api_faults is not None):
         raise ValueError("server processes take their faults as charge_args, not live fault objects")
@@ -247,7 +252,7 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         http = httpx.AsyncClient(timeout=10)
         stack.push_async_callback(http.aclose)
         system = LocalSystem(databases, mechanisms, api_url, charge_url, charge_faults, api_faults,
-                             Queue(own_pool, mechanisms), http, worker_pool, logs)
+                             Queue(own_pool, mechanisms), http, worker_pool, logs, pieces)
         stack.callback(_kill_all, system.worker_processes)
         try:
             yield system

@@ -19,6 +19,7 @@ from reliableq.lab import timeline
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.harness import SETTLED_STATUSES
 from reliableq.lab.ledger import JobCounts
+from reliableq.lab.pieces import SHIPPED, Pieces
 
 LOST = "LOST"  # the status shown for an acknowledged job the database never stored
 ROW_COLUMNS = ("job", "status", "A", "H", "C", "F")
@@ -60,6 +61,7 @@ class ScenarioParams:
     # Exactly these switches instead of the stage's own set (the notebook panel's checkboxes); None: the
     # stage's mechanisms(on).
     mechanisms: Mechanisms | None = None
+    pieces: Pieces = SHIPPED  # a learner's queries or policy in place of the shipped ones (the exercises)
 
     def __post_init__(self) -> None:
         if self.jobs < 1:

@@ -1,0 +1,61 @@
+"""`reliableq exercise`: list, start, check, hint, solution, reset. Every verb takes --workspace DIR.
+
+Exit codes of `check`: 0 passed, 1 failed, 2 could not run (or a usage error); the same checker as the
+notebooks' Check button (reliableq/lab/exercises/checker.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from reliableq.cli.arguments import UsageError
+from reliableq.lab import exercises
+from reliableq.lab.exercises.checker import check
+from reliableq.lab.exercises.workspace import Workspace
+
+
+def cmd_exercise(args: argparse.Namespace) -> int:
+    workspace = Workspace(Path(args.workspace))
+    if args.action == "list":
+        for exercise in exercises.EXERCISES.values():
+            print(f"{exercise.stage_number:02d} {exercise.name:<12} {workspace.state(exercise):<8} {exercise.summary}")
+        return 0
+    exercise = _exercise(args.name)
+    if args.action == "start":
+        path, written = workspace.start(exercise)
+        print(f"{'Wrote the starter to' if written else 'Your file is already there:'} {path}. Edit it, then: "
+              f"reliableq exercise check {exercise.name}")
+        return 0
+    if args.action == "reset":
+        path, backup = workspace.reset(exercise)
+        print(f"The starter is back in {path}" + (f"; your version is in {backup}." if backup else "."))
+        return 0
+    if args.action == "hint":
+        number, hint = workspace.next_hint(exercise)
+        print(f"Hint {number} of {len(exercise.hints)}: {hint}")
+        return 0
+    if args.action == "solution":
+        if workspace.state(exercise) != "passed" and not args.give_up:
+            raise UsageError(f"the solution shows after a pass; to see it now: "
+                             f"reliableq exercise solution {exercise.name} --give-up")
+        print(exercise.reference.rstrip() + "\n\nWhy it works: " + exercise.why)
+        return 0
+    text = workspace.read(exercise)
+    if text is None:
+        raise UsageError(f"no {workspace.path(exercise)} yet: reliableq exercise start {exercise.name}")
+    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=args.seeds))
+    print(result.text())
+    print(f"({result.seconds:.0f} s)")
+    if result.outcome.exit_code < 2:
+        workspace.record(exercise, state="passed" if result.outcome.exit_code == 0 else "failing")
+    return result.outcome.exit_code
+
+
+def _exercise(name: str | None) -> exercises.Exercise:
+    if name is None:
+        raise UsageError(f"name an exercise: {', '.join(exercises.EXERCISES)}")
+    try:
+        return exercises.get(name)
+    except ValueError as error:
+        raise UsageError(str(error)) from None

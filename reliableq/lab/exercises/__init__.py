@@ -1,0 +1,26 @@
+"""Exercise mode: the learner writes a mechanism, and the lab's own checker grades it in the real system.
+
+Layout
+    exercise      what an exercise is: the learner's file, its starter and reference, hints, checks
+    learner_code  loading the learner's Python or SQL, with errors at the learner's line
+    checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
+    workspace     the learner's files, backups and progress, outside any notebook
+    backoff       exercise 07: the retry delay
+
+The learner's piece reaches the real worker and queue through reliableq/lab/pieces.py, never through
+a copy of the core.
+"""
+
+from __future__ import annotations
+
+from reliableq.lab.exercises import backoff
+from reliableq.lab.exercises.exercise import Exercise
+
+EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (backoff.EXERCISE,)}
+
+
+def get(name: str) -> Exercise:
+    try:
+        return EXERCISES[name]
+    except KeyError:
+        raise ValueError(f"no exercise named {name!r}; there are: {', '.join(EXERCISES)}") from None

@@ -1,0 +1,123 @@
+"""The one checker of every exercise, for the CLI and the notebooks alike.
+
+A check runs, in order: the learner's code loaded (a clear error at their line if it cannot be); the
+stage's failure scenario with the learner's piece in the real system, its seed fixed; the exercise's
+direct checks of that code (many seeded answers of a policy); then seeded chaos runs with the piece in
+every worker, every invariant checked. It stops at the first part that fails and says which invariant broke, with the shortest
+history that broke it and the one command that replays that run. A check that could not run (no
+database, a server that would not start) is neither a pass nor a failure. What this does not do:
+remember progress (workspace.py does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+import psycopg
+
+from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
+from reliableq.lab.exercises.exercise import Exercise
+from reliableq.lab.exercises.learner_code import LearnerError
+from reliableq.lab.invariants import Check
+
+# A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it.
+CHAOS = ChaosConfig(jobs=40, lease_seconds=0.5, settle_seconds=30.0)
+DEFAULT_SEEDS = 3
+SCENARIO_DEADLINE_SECONDS = 120.0  # a whole run, so a learner's endless loop or lock wait still ends
+CHAOS_DEADLINE_SECONDS = 120.0
+
+
+class Outcome(Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    COULD_NOT_RUN = "could not run"
+
+    @property
+    def exit_code(self) -> int:
+        return {Outcome.PASSED: 0, Outcome.FAILED: 1, Outcome.COULD_NOT_RUN: 2}[self]
+
+
+@dataclass
+class CheckResult:
+    exercise: str
+    outcome: Outcome
+    lines: list[str] = field(default_factory=list)  # what to show, in order
+    checked: list[str] = field(default_factory=list)  # the parts that ran and held
+    seconds: float = 0.0
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAULT_SEEDS) -> CheckResult:
+    """Grade `text`, the learner's file for `exercise`."""
+    began = time.monotonic()
+    result = CheckResult(exercise.name, Outcome.FAILED)
+    replay = f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
+    try:
+        pieces = exercise.load(text)
+        scenario = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
+        if not _held(result, scenario, replay, what=f"stage {exercise.stage_number:02d}'s scenario (seed {seed})"):
+            return _done(result, began)
+        for direct in exercise.direct(pieces, seed):
+            if not _held(result, direct, replay, what="direct checks"):
+                return _done(result, began)
+        for chaos_seed in range(seed, seed + seeds):
+            config = replace(CHAOS, seed=chaos_seed, pieces=pieces)
+            report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
+            if not report.ok:
+                result.lines += _chaos_failure(exercise, report)
+                return _done(result, began)
+            result.checked.append(f"chaos seed {chaos_seed}")
+    except LearnerError as error:
+        result.lines.append(f"✗ Your code could not be used: {error}")
+        return _done(result, began)
+    except TimeoutError as error:
+        result.lines += [f"✗ The run did not finish: {error or 'it passed the deadline'}. "
+                         "A loop that never ends, or a statement that waits for a lock, looks like this.",
+                         f"  Replay it: {replay}"]
+        return _done(result, began)
+    except (psycopg.OperationalError, OSError) as error:
+        result.outcome = Outcome.COULD_NOT_RUN
+        result.lines.append(f"? The check could not run (nothing was graded): {str(error).splitlines()[0]}")
+        return _done(result, began)
+    result.outcome = Outcome.PASSED
+    result.lines.append(f"✓ {exercise.name} passed: {', '.join(result.checked)}.")
+    return _done(result, began)
+
+
+def _held(result: CheckResult, check: Check, replay: str, what: str) -> bool:
+    if check.held:
+        if what not in result.checked:
+            result.checked.append(what)
+        return True
+    result.lines.append(f"✗ Broken: {check.name}" + (f" [{check.note}]" if check.note else ""))
+    result.lines += [f"  {_said(row)}" for row in check.violations[:5]]
+    if len(check.violations) > 5:
+        result.lines.append(f"  … and {len(check.violations) - 5} more")
+    result.lines.append(f"  Replay it: {replay}")
+    return False
+
+
+def _said(row: dict) -> str:
+    return ", ".join(f"{key} {value}" for key, value in row.items())
+
+
+def _chaos_failure(exercise: Exercise, report: ChaosReport) -> list[str]:
+    seed = report.config.seed
+    broken = [check for check in report.checks if not check.held]
+    lines = [f"✗ Broken under chaos (seed {seed}): {'; '.join(check.name for check in broken)}"]
+    history = report.shortest_broken_history()
+    if history:
+        lines.append(f"  Shortest history that broke it ({report.label(history[0].job_id)}):")
+        lines += [f"    {e.seconds:7.3f}s  {e.worker:<14} {e.kind:<14} {e.detail}" for e in history]
+    lines.append(f"  Replay it: reliableq exercise check {exercise.name} --seed {seed} --seeds 1")
+    return lines
+
+
+def _done(result: CheckResult, began: float) -> CheckResult:
+    result.seconds = time.monotonic() - began
+    return result

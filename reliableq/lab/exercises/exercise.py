@@ -1,0 +1,31 @@
+"""What an exercise is: the learner's file (its starter and the reference), how it plugs into the real
+system, hints and the why, and the checks only this exercise makes. The checker (checker.py) runs
+every exercise the same way; an exercise only says what differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from reliableq.lab.invariants import Check
+from reliableq.lab.pieces import Pieces
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str  # the CLI's name for it, and the stage it belongs to
+    stage_number: int
+    filename: str  # the learner's file in the workspace
+    summary: str  # one line: what the learner writes
+    starter: str  # the mechanism-off code the stage already shows failing
+    reference: str
+    why: str  # why the reference works, shown with the solution
+    hints: tuple[str, ...]  # from gentle to nearly the answer
+    # The learner's text -> the pieces it replaces; raises LearnerError for code that cannot be used
+    # (it may try the code once, so that an exception is said here rather than met inside a worker).
+    load: Callable[[str], Pieces]
+    # The stage's failure scenario run with the pieces (its seed given): one check of its invariant.
+    scenario: Callable[[Pieces, int], Awaitable[Check]]
+    # Checks of the learner's code on its own, after the scenario (a policy's answers, many, seeded).
+    direct: Callable[[Pieces, int], list[Check]] = field(default=lambda pieces, seed: [])

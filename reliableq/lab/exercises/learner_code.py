@@ -1,0 +1,73 @@
+"""Loading a learner's code: a Python function or named SQL queries, from the text of their file.
+
+A learner's broken code is bad input: whatever goes wrong (a syntax error, a missing function, an
+exception while it runs, SQL PostgreSQL refuses) becomes a `LearnerError` whose message names the file
+and the line, never a traceback. What this does not do: decide whether the code is right (the checker
+runs it in the real system for that).
+"""
+
+from __future__ import annotations
+
+import traceback
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from reliableq import sql
+
+
+class LearnerError(Exception):
+    """The learner's code could not be used; the message says where and why, in one or two lines."""
+
+
+def load_function(text: str, filename: str, name: str) -> Callable[..., Any]:
+    """The function `name` defined by the Python `text` of the learner's `filename`; a call that raises
+    raises LearnerError naming the learner's line."""
+    try:
+        code = compile(text, filename, "exec")
+    except SyntaxError as error:
+        raise LearnerError(f"{filename}, line {error.lineno}: {error.msg}") from None
+    module = types.ModuleType(filename.removesuffix(".py"))
+    module.__file__ = filename
+    try:
+        exec(code, module.__dict__)  # noqa: S102  (the learner's own code, run as they wrote it)
+    except Exception as error:
+        raise LearnerError(at_learner_line(error, filename)) from None
+    function = module.__dict__.get(name)
+    if not callable(function):
+        raise LearnerError(f"{filename}: define a function named {name}")
+
+    def guarded(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except Exception as error:
+            raise LearnerError(at_learner_line(error, filename)) from None
+    return guarded
+
+
+def at_learner_line(error: BaseException, filename: str) -> str:
+    """`error` said at the deepest line of `filename` it passed through."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename == filename]
+    where = f"{filename}, line {frames[-1].lineno}" if frames else filename
+    return f"{where}: {type(error).__name__}: {error}"
+
+
+def load_queries(text: str, filename: str, expected: Iterable[str]) -> dict[str, str]:
+    """The named queries (`-- name: job_retry`) of the learner's SQL file; exactly `expected` must be
+    there, each once."""
+    try:
+        named = sql.parse_named(text, filename)
+    except ValueError as error:
+        raise LearnerError(str(error)) from None
+    expected = list(expected)
+    missing = [name for name in expected if name not in named]
+    extra = [name for name in named if name not in expected]
+    if missing:
+        raise LearnerError(f"{filename}: no query named {', '.join(missing)} (each starts with `-- name: <name>`)")
+    if extra:
+        raise LearnerError(f"{filename}: {', '.join(extra)} is not part of this exercise; "
+                           f"it edits {', '.join(expected)}")
+    empty = [name for name, body in named.items() if not body.strip()]
+    if empty:
+        raise LearnerError(f"{filename}: the query {', '.join(empty)} is empty")
+    return named

@@ -1,0 +1,94 @@
+"""The learner's workspace: one file per exercise, backups of anything replaced, and progress (todo,
+failing, passed; hints seen) in a small JSON file beside them, never in a notebook's metadata.
+
+Nothing here ever overwrites a learner's file without first copying it into `backups/`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from reliableq.lab.exercises.exercise import Exercise
+
+DEFAULT = Path("workspace")
+PROGRESS = "progress.json"
+STATES = ("todo", "failing", "passed")
+
+
+class Workspace:
+    def __init__(self, folder: Path = DEFAULT) -> None:
+        self.folder = Path(folder)
+
+    def path(self, exercise: Exercise) -> Path:
+        return self.folder / exercise.filename
+
+    def _ready(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        ignore = self.folder / ".gitignore"
+        if not ignore.exists():  # the learner's answers stay out of the repository they cloned
+            ignore.write_text("*\n")
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def start(self, exercise: Exercise) -> tuple[Path, bool]:
+        """Write the starter unless the learner's file is already there; (its path, whether written)."""
+        path = self.path(exercise)
+        if path.exists():
+            return path, False
+        self._ready()
+        path.write_text(exercise.starter)
+        return path, True
+
+    def reset(self, exercise: Exercise) -> tuple[Path, Path | None]:
+        """Put the starter back; (the file, where the learner's version was backed up, if there was one)."""
+        path = self.path(exercise)
+        backup = self.back_up(path) if path.exists() else None
+        self._ready()
+        path.write_text(exercise.starter)
+        return path, backup
+
+    def back_up(self, path: Path) -> Path:
+        folder = self.folder / "backups"
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = folder / f"{path.stem}-{stamp}{path.suffix}"
+        number = 1
+        while backup.exists():
+            number += 1
+            backup = folder / f"{path.stem}-{stamp}-{number}{path.suffix}"
+        shutil.copy2(path, backup)
+        return backup
+
+    def read(self, exercise: Exercise) -> str | None:
+        path = self.path(exercise)
+        return path.read_text() if path.exists() else None
+
+    # -- progress ------------------------------------------------------------------------------
+
+    def progress(self) -> dict[str, dict]:
+        path = self.folder / PROGRESS
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError:  # a damaged progress file loses the record, never the learner's code
+            return {}
+
+    def state(self, exercise: Exercise) -> str:
+        return self.progress().get(exercise.name, {}).get("state", "todo")
+
+    def record(self, exercise: Exercise, **fields: object) -> None:
+        progress = self.progress()
+        progress[exercise.name] = progress.get(exercise.name, {}) | fields
+        self._ready()
+        (self.folder / PROGRESS).write_text(json.dumps(progress, indent=2, sort_keys=True) + "\n")
+
+    def next_hint(self, exercise: Exercise) -> tuple[int, str]:
+        """The next hint (1-based number, text); the last one again once all were seen."""
+        seen = self.progress().get(exercise.name, {}).get("hints", 0)
+        number = min(seen + 1, len(exercise.hints))
+        self.record(exercise, hints=number)
+        return number, exercise.hints[number - 1]

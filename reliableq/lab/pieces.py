@@ -1,0 +1,28 @@
+"""The pieces of the system a run may replace: named queue queries and the retry-delay policy.
+
+Empty, a run uses the shipped ones. The exercises put a learner's code here, and the harness hands it
+to every worker it makes, so the learner's piece runs inside the real worker, queue and database. The
+API and the harness's own reads keep the shipped queries: they are how a run is observed, not what an
+exercise grades. What this does not do: check the pieces (reliableq/lab/exercises does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from reliableq.backoff import RetryDelays
+from reliableq.config import WorkerSettings
+
+
+@dataclass(frozen=True)
+class Pieces:
+    queue_queries: Mapping[str, str] = field(default_factory=dict)  # name in sql/queue.sql -> its new text
+    # The worker's retry delays, made from its settings (base, cap, seed); None: the shipped Backoff.
+    retry_delays: Callable[[WorkerSettings], RetryDelays] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.queue_queries) or self.retry_delays is not None
+
+
+SHIPPED = Pieces()
