@@ -3,10 +3,10 @@
 A check runs, in order: the learner's code loaded (a clear error at their line if it cannot be); the
 stage's failure scenario with the learner's piece in the real system, its seed fixed; the exercise's
 direct checks of that code (many seeded answers of a policy); then seeded chaos runs with the piece in
-every worker, every invariant checked. It stops at the first part that fails and says which invariant broke, with the shortest
-history that broke it and the one command that replays that run. A check that could not run (no
-database, a server that would not start) is neither a pass nor a failure. What this does not do:
-remember progress (workspace.py does).
+every worker, every invariant checked. It stops at the first part that fails and says which invariant
+broke, with the shortest history that broke it and the one command that replays that run. A check that
+could not run (no database, a server that would not start) is neither a pass nor a failure. What this
+does not do: remember progress (workspace.py does).
 """
 
 from __future__ import annotations
