@@ -86,3 +86,11 @@ async def test_code_that_cannot_be_loaded_fails_with_one_line():
     assert result.outcome is Outcome.FAILED
     assert result.lines == ["✗ Your code could not be used: backoff.py, line 4: invalid syntax. "
                             "Perhaps you forgot a comma?"]
+
+
+async def test_a_check_without_a_database_could_not_run_and_grades_nothing(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgresql://127.0.0.1:1/nowhere")
+    result = await check(backoff.EXERCISE, backoff.REFERENCE, seeds=1)
+    assert result.outcome is Outcome.COULD_NOT_RUN and result.outcome.exit_code == 2
+    assert result.lines[0].startswith("? The check could not run (nothing was graded): cannot connect to PostgreSQL")
+    assert result.checked == []

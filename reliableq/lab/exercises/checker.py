@@ -18,6 +18,7 @@ from enum import Enum
 
 import psycopg
 
+from reliableq import db
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError
@@ -83,7 +84,7 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
                          "A loop that never ends, or a statement that waits for a lock, looks like this.",
                          f"  Replay it: {replay}"]
         return _done(result, began)
-    except (psycopg.OperationalError, OSError) as error:
+    except (db.DatabaseUnavailable, psycopg.OperationalError, OSError) as error:
         result.outcome = Outcome.COULD_NOT_RUN
         result.lines.append(f"? The check could not run (nothing was graded): {str(error).splitlines()[0]}")
         return _done(result, began)
