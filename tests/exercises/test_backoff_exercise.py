@@ -5,6 +5,8 @@ system (stage 07's outage on real PostgreSQL and HTTP, then seeded chaos)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from reliableq.lab.exercises import backoff
@@ -27,7 +29,7 @@ DOUBLING = (SIGNATURE + "    ceiling = base\n    for _ in range(attempt - 1):\n"
 
 def broken(text: str) -> list[str]:
     """The names of the direct checks `text` breaks."""
-    return [c.name for c in backoff.direct(backoff.load(text), seed=1) if not c.held]
+    return [c.name for c in asyncio.run(backoff.direct(backoff.load(text), seed=1)) if not c.held]
 
 
 @pytest.mark.parametrize("text", [backoff.REFERENCE, SCALED, DOUBLING])

@@ -5,7 +5,8 @@ Layout
     learner_code  loading the learner's Python or SQL, with errors at the learner's line
     checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
     workspace     the learner's files, backups and progress, outside any notebook
-    backoff       exercise 07: the retry delay
+    fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
+    backoff       exercise 07: the retry delay (Python)
 
 The learner's piece reaches the real worker and queue through reliableq/lab/pieces.py, never through
 a copy of the core.
@@ -13,10 +14,10 @@ a copy of the core.
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff
+from reliableq.lab.exercises import backoff, fencing
 from reliableq.lab.exercises.exercise import Exercise
 
-EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (backoff.EXERCISE,)}
+EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (fencing.EXERCISE, backoff.EXERCISE)}
 
 
 def get(name: str) -> Exercise:

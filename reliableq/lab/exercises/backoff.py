@@ -106,7 +106,7 @@ def ceiling(attempt: int) -> float:
     return min(CAP_SECONDS, BASE_SECONDS * 2 ** (attempt - 1))
 
 
-def direct(pieces: Pieces, seed: int) -> list[Check]:
+async def direct(pieces: Pieces, seed: int) -> list[Check]:
     """Every attempt's delays, drawn DRAWS times with seeded generators: a number, never negative, never
     above the ceiling (the cap included), and spread over the whole window below it (full jitter)."""
     policy = pieces.retry_delays(replace(_SETTINGS, backoff_seed=seed))

@@ -6,7 +6,7 @@ every exercise the same way; an exercise only says what differs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
@@ -27,5 +27,6 @@ class Exercise:
     load: Callable[[str], Pieces]
     # The stage's failure scenario run with the pieces (its seed given): one check of its invariant.
     scenario: Callable[[Pieces, int], Awaitable[Check]]
-    # Checks of the learner's code on its own, after the scenario (a policy's answers, many, seeded).
-    direct: Callable[[Pieces, int], list[Check]] = field(default=lambda pieces, seed: [])
+    # Checks of the learner's code on its own, after the scenario: a policy's answers, many and seeded;
+    # SQL under interleavings forced one step at a time (as PostgreSQL's isolation tester does).
+    direct: Callable[[Pieces, int], Awaitable[list[Check]]] | None = None
