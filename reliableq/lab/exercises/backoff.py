@@ -12,7 +12,7 @@ from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError, load_function
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
-from reliableq.lab.scenario import ScenarioParams
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 FILENAME = "backoff.py"
 FUNCTION = "retry_delay"
@@ -131,7 +131,7 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
                   "(full jitter)", lockstep)]
 
 
-async def scenario(pieces: Pieces, seed: int) -> Check:
+async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
     result = await stages.get("backoff").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     requests, jobs = result.measurements["outage_requests"], len(result.jobs)
@@ -139,7 +139,7 @@ async def scenario(pieces: Pieces, seed: int) -> Check:
     too_many = [{"requests": requests, "jobs": jobs}] if requests > OUTAGE_REQUESTS_PER_JOB * jobs else []
     return Check(f"stage 07's outage: retries backed off (at most {OUTAGE_REQUESTS_PER_JOB} requests per job in "
                  f"{result.measurements['outage_seconds']:g} s) and every job succeeded after it",
-                 too_many + unsettled, note=f"{requests} requests from {jobs} jobs")
+                 too_many + unsettled, note=f"{requests} requests from {jobs} jobs"), result
 
 
 EXERCISE = Exercise(name="backoff", stage_number=7, filename=FILENAME,

@@ -23,6 +23,7 @@ from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError
 from reliableq.lab.invariants import Check
+from reliableq.lab.scenario import ScenarioResult
 
 # A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it.
 CHAOS = ChaosConfig(jobs=40, lease_seconds=0.5, settle_seconds=30.0)
@@ -47,6 +48,7 @@ class CheckResult:
     outcome: Outcome
     lines: list[str] = field(default_factory=list)  # what to show, in order
     checked: list[str] = field(default_factory=list)  # the parts that ran and held
+    run: ScenarioResult | None = None  # the stage's scenario with the learner's code, once it ran
     seconds: float = 0.0
 
     def text(self) -> str:
@@ -60,7 +62,7 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
     replay = f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
     try:
         pieces = exercise.load(text)
-        scenario = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
+        scenario, result.run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
         if not _held(result, scenario, replay):
             return _done(result, began)
         result.checked.append(f"stage {exercise.stage_number:02d}'s scenario (seed {seed})")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
+from reliableq.lab.scenario import ScenarioResult
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,9 @@ class Exercise:
     # The learner's text -> the pieces it replaces; raises LearnerError for code that cannot be used
     # (it may try the code once, so that an exception is said here rather than met inside a worker).
     load: Callable[[str], Pieces]
-    # The stage's failure scenario run with the pieces (its seed given): one check of its invariant.
-    scenario: Callable[[Pieces, int], Awaitable[Check]]
+    # The stage's failure scenario run with the pieces (its seed given): one check of its invariant, and
+    # the run itself (for its table and timeline).
+    scenario: Callable[[Pieces, int], Awaitable[tuple[Check, ScenarioResult]]]
     # Checks of the learner's code on its own, after the scenario: a policy's answers, many and seeded;
     # SQL under interleavings forced one step at a time (as PostgreSQL's isolation tester does).
     direct: Callable[[Pieces, int], Awaitable[list[Check]]] | None = None

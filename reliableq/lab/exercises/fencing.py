@@ -17,7 +17,7 @@ from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError, load_queries
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
-from reliableq.lab.scenario import ScenarioParams
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
 
@@ -158,15 +158,15 @@ async def _claimed_twice(queue: Queue) -> tuple[Job, Job]:
     return stale, current
 
 
-async def scenario(pieces: Pieces, seed: int) -> Check:
+async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
     await try_queries(pieces)
     result = await stages.get("fencing").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     twice = [{"job": row["job"], "finalized": row["F"]} for row in result.rows() if row["F"] != 1]
     won = result.measurements["stale_finalizes_won"]
     stale = [{"stale finalizes that won": won}] if won else []
-    return Check("stage 05's paused worker: its stale finalizes are refused and every job is finalized once (F=1)",
-                 twice + stale, note=f"{result.measurements['stale_finalizes_refused']} stale finalizes refused")
+    return Check("stage 05's paused worker: its stale finalizes are refused and every job is finalized once "
+                 "(F=1)", twice + stale, note=f"{result.measurements['stale_finalizes_refused']} stale finalizes refused"), result
 
 
 EXERCISE = Exercise(name="fencing", stage_number=5, filename=FILENAME,
