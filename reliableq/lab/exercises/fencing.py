@@ -166,7 +166,8 @@ async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     won = result.measurements["stale_finalizes_won"]
     stale = [{"stale finalizes that won": won}] if won else []
     return Check("stage 05's paused worker: its stale finalizes are refused and every job is finalized once "
-                 "(F=1)", twice + stale, note=f"{result.measurements['stale_finalizes_refused']} stale finalizes refused"), result
+                 "(F=1)", twice + stale,
+                 note=f"{result.measurements['stale_finalizes_refused']} stale finalizes refused"), result
 
 
 EXERCISE = Exercise(name="fencing", stage_number=5, filename=FILENAME,
