@@ -44,7 +44,8 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     text = workspace.read(exercise)
     if text is None:
         raise UsageError(f"no {workspace.path(exercise)} yet: reliableq exercise start {exercise.name}")
-    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=args.seeds))
+    earlier = exercises.earlier_code(exercise, workspace)
+    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=args.seeds, earlier=earlier))
     print(result.text())
     print(f"({result.seconds:.0f} s)")
     if result.outcome.exit_code < 2:

@@ -21,8 +21,10 @@ class Pieces:
     # The worker's retry delays, made from its settings (base, cap, seed); None: the shipped Backoff.
     retry_delays: Callable[[WorkerSettings], RetryDelays] | None = None
 
-    def __bool__(self) -> bool:
-        return bool(self.queue_queries) or self.retry_delays is not None
+    def beside(self, other: Pieces) -> Pieces:
+        """These pieces and `other`'s together (an exercise's and those of the stages before it); where
+        both replace the same thing, these win."""
+        return Pieces({**other.queue_queries, **self.queue_queries}, self.retry_delays or other.retry_delays)
 
 
 SHIPPED = Pieces()

@@ -96,3 +96,29 @@ async def test_a_check_without_a_database_could_not_run_and_grades_nothing(monke
     assert result.outcome is Outcome.COULD_NOT_RUN and result.outcome.exit_code == 2
     assert result.lines[0].startswith("? The check could not run (nothing was graded): cannot connect to PostgreSQL")
     assert result.checked == []
+
+
+async def test_a_later_check_runs_the_earlier_exercise_again_and_names_a_regression():
+    """Checking backoff (stage 07) runs fencing's (stage 05) checks again with both pieces in place: with
+    fencing's reference it passes and says so; with fencing's starter the regression is named."""
+    from reliableq.lab.exercises import fencing
+    passed = await check(backoff.EXERCISE, backoff.REFERENCE, seeds=1, earlier=[(fencing.EXERCISE, fencing.REFERENCE)])
+    assert passed.outcome is Outcome.PASSED, passed.text()
+    assert "exercise fencing again (stage 05)" in passed.checked
+    regressed = await check(backoff.EXERCISE, backoff.REFERENCE, seeds=1, earlier=[(fencing.EXERCISE, fencing.STARTER)])
+    assert regressed.outcome is Outcome.FAILED
+    assert regressed.lines[0] == "✗ Regressed: exercise fencing (stage 05) no longer holds with your new code."
+
+
+def test_earlier_code_is_the_learners_once_passed_and_the_reference_before(tmp_path):
+    from reliableq.lab import exercises
+    from reliableq.lab.exercises import fencing
+    from reliableq.lab.exercises.workspace import Workspace
+    workspace = Workspace(tmp_path)
+    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, fencing.REFERENCE)]
+    path, _ = workspace.start(fencing.EXERCISE)
+    path.write_text("my fencing")
+    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, fencing.REFERENCE)]
+    workspace.record(fencing.EXERCISE, state="passed")
+    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, "my fencing")]
+    assert exercises.earlier_code(fencing.EXERCISE, workspace) == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from reliableq.lab.exercises import backoff, fencing
 from reliableq.lab.exercises.exercise import Exercise
+from reliableq.lab.exercises.workspace import Workspace
 
 EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (fencing.EXERCISE, backoff.EXERCISE)}
 
@@ -25,3 +26,12 @@ def get(name: str) -> Exercise:
         return EXERCISES[name]
     except KeyError:
         raise ValueError(f"no exercise named {name!r}; there are: {', '.join(EXERCISES)}") from None
+
+
+def earlier_code(exercise: Exercise, workspace: Workspace) -> list[tuple[Exercise, str]]:
+    """The exercises of earlier stages, each with the code a check of `exercise` runs beside its own: the
+    learner's solution once it passed, otherwise the reference (an unfinished exercise must not fail a
+    later one)."""
+    return [(before, workspace.read(before) if workspace.state(before) == "passed" else before.reference)
+            for before in sorted(EXERCISES.values(), key=lambda e: e.stage_number)
+            if before.stage_number < exercise.stage_number]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -23,6 +24,7 @@ from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError
 from reliableq.lab.invariants import Check
+from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioResult
 
 # A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it.
@@ -55,21 +57,23 @@ class CheckResult:
         return "\n".join(self.lines)
 
 
-async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAULT_SEEDS) -> CheckResult:
-    """Grade `text`, the learner's file for `exercise`."""
+async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAULT_SEEDS,
+                earlier: Sequence[tuple[Exercise, str]] = ()) -> CheckResult:
+    """Grade `text`, the learner's file for `exercise`. `earlier`: the exercises of earlier stages with the
+    code to run for each (the learner's passed solution, or the reference); their pieces run beside this
+    one everywhere, and each one's own scenario and direct checks run again, so a regression is named."""
     began = time.monotonic()
     result = CheckResult(exercise.name, Outcome.FAILED)
     replay = f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
     try:
         pieces = exercise.load(text)
-        scenario, result.run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
-        if not _held(result, scenario, replay):
+        for before, code in earlier:
+            pieces = pieces.beside(before.load(code))
+        if not await _stage_held(result, exercise, pieces, seed, replay):
             return _done(result, began)
-        result.checked.append(f"stage {exercise.stage_number:02d}'s scenario (seed {seed})")
-        if exercise.direct is not None:
-            if not all(_held(result, one, replay) for one in await exercise.direct(pieces, seed)):
+        for before, _ in earlier:
+            if not await _stage_held(result, before, pieces, seed, replay, regressed=True):
                 return _done(result, began)
-            result.checked.append("direct checks")
         for chaos_seed in range(seed, seed + seeds):
             config = replace(CHAOS, seed=chaos_seed, pieces=pieces)
             report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
@@ -92,6 +96,30 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
     result.outcome = Outcome.PASSED
     result.lines.append(f"✓ {exercise.name} passed: {', '.join(result.checked)}.")
     return _done(result, began)
+
+
+async def _stage_held(result: CheckResult, exercise: Exercise, pieces: Pieces, seed: int, replay: str,
+                      regressed: bool = False) -> bool:
+    """`exercise`'s scenario, then its direct checks, with `pieces`; whether all held. `regressed`: this is
+    an earlier stage's exercise, run again to see that the new piece broke nothing of it."""
+    failures_before = len(result.lines)
+    scenario, run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
+    if not regressed:
+        result.run = run
+    held = _held(result, scenario, replay)
+    if held and not regressed:
+        result.checked.append(f"stage {exercise.stage_number:02d}'s scenario (seed {seed})")
+    if held and exercise.direct is not None:
+        held = all(_held(result, one, replay) for one in await exercise.direct(pieces, seed))
+        if held and not regressed:
+            result.checked.append("direct checks")
+    if regressed:
+        if held:
+            result.checked.append(f"exercise {exercise.name} again (stage {exercise.stage_number:02d})")
+        else:
+            result.lines.insert(failures_before, f"✗ Regressed: exercise {exercise.name} (stage "
+                                                 f"{exercise.stage_number:02d}) no longer holds with your new code.")
+    return held
 
 
 def _held(result: CheckResult, check: Check, replay: str) -> bool:
