@@ -57,11 +57,12 @@ class LabServer:
 
 
 def start_lab(scratch: Path) -> LabServer:
-    """Copy notebooks/ into `scratch` and serve the copy with `reliableq lab`; return once the server
-    answers. Its output goes to `scratch/jupyterlab.log`. DATABASE_URL, when set, reaches it and its
-    kernels unchanged."""
+    """Copy notebooks/ (without a learner's workspace/) into `scratch` and serve the copy with `reliableq lab`;
+    return once the server answers. Its output goes to `scratch/jupyterlab.log`. DATABASE_URL, when set,
+    reaches it and its kernels unchanged."""
     notebooks = scratch / "notebooks"
-    shutil.copytree(NOTEBOOKS, notebooks)
+    # Not a learner's exercise files, nor JupyterLab's checkpoints: each test run starts from the starters.
+    shutil.copytree(NOTEBOOKS, notebooks, ignore=shutil.ignore_patterns("workspace", ".ipynb_checkpoints"))
     jupyter = scratch / "jupyter"
     for name, settings in _SETTINGS.items():
         path = jupyter / "settings" / name

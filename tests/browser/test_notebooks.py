@@ -9,6 +9,8 @@ pytest.importorskip("playwright.sync_api", reason="the playwright package is not
 
 from playwright.sync_api import expect  # noqa: E402  (only once playwright is known to be there)
 
+from reliableq.lab.exercises import fencing  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 # Worker-1's refused stale finalizes: 05 shows them on purpose (its "fencing on" run), as log lines that
@@ -41,7 +43,7 @@ def test_chaos_runs_every_cell_and_its_panel_shows_only_the_run_with_the_last_ch
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("notebook_path, panels", [("00_start_here.ipynb", 0), ("05_fencing.ipynb", 1),
+@pytest.mark.parametrize("notebook_path, panels", [("00_start_here.ipynb", 0), ("05_fencing.ipynb", 2),
                                                    ("10_chaos.ipynb", 1)])
 def test_a_notebook_opened_before_it_is_run_shows_pictures_not_dead_widgets(open_notebook, notebook_path, panels):
     """Before any cell runs, every panel and prediction is a static picture saying what to do; there is
@@ -90,3 +92,29 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     expect(gone).to_be_hidden()
     notebook.menu("Kernel", "Shut Down Kernel")
     expect(gone).to_be_visible(timeout=30_000)
+
+
+@pytest.mark.timeout(300)
+def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_notebook, jupyterlab):
+    """After Run All, the starter's failing verdict stands in its cell; the reference written into the
+    served copy's workspace file passes when Check is pressed, with the run's table under the verdict; the
+    file's link opens it in JupyterLab's editor."""
+    notebook = open_notebook("05_fencing.ipynb")
+    notebook.run_all_cells(timeout_seconds=120, expected_stderr=[REFUSED_STALE_FINALIZE])
+    expect(notebook.code_cell("starter = await check(")).to_contain_text("✗ Broken: stage 05's paused worker")
+
+    learners_file = jupyterlab.notebooks / "workspace" / "fencing.sql"
+    assert learners_file.read_text() == fencing.STARTER  # written by the panel when its cell ran
+    learners_file.write_text(fencing.REFERENCE)
+    panel = notebook.code_cell("ExercisePanel(")
+    panel.get_by_role("button", name="Check").click()
+    expect(panel).to_contain_text("⏳ running the check of fencing", timeout=30_000)
+    result = panel.locator(".widget-output").last
+    expect(result).to_contain_text("✓ fencing passed", timeout=180_000)
+    expect(result.locator("table")).to_contain_text("job-1")
+    expect(panel.get_by_role("button", name="Solution")).to_be_enabled()
+
+    panel.get_by_role("link", name="workspace/fencing.sql").click()
+    editor = notebook.page.locator(".jp-FileEditor")
+    expect(editor).to_be_visible(timeout=30_000)
+    expect(editor).to_contain_text("-- name: job_renew_lease")

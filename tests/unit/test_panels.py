@@ -4,6 +4,7 @@ so every state is reached on purpose: the live status line, Stop, and a failure 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.lab.panels import STAGE_DEFAULT, ScenarioPanel
+from reliableq.lab.exercises import backoff
+from reliableq.lab.exercises.checker import Outcome
+from reliableq.lab.exercises.workspace import Workspace
+from reliableq.lab.panels import RUN_FIRST, STAGE_DEFAULT, ExercisePanel, ScenarioPanel
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 
@@ -131,3 +135,69 @@ def test_the_lab_keeps_widget_messages_off_kernel_subshells_by_default():
     setting = schema["properties"]["commsOverSubshells"]
     value = overrides["@jupyterlab/apputils-extension:kernels-settings"]["commsOverSubshells"]
     assert value == "disabled" and value in [choice["const"] for choice in setting["oneOf"]]
+
+
+# -- ExercisePanel: the learner's file, Hint, Reset, Solution; no database (broken code never reaches one) --
+
+def exercise_panel(tmp_path: Path) -> ExercisePanel:
+    return ExercisePanel(backoff.EXERCISE, tmp_path / "workspace")
+
+
+def test_an_exercise_panel_writes_the_starter_once_and_never_over_the_learners_file(tmp_path):
+    panel = exercise_panel(tmp_path)
+    assert panel.path.read_text() == backoff.EXERCISE.starter
+    panel.path.write_text("my work")
+    assert exercise_panel(tmp_path).path.read_text() == "my work"
+
+
+def test_an_exercise_panel_links_the_file_relative_to_the_notebook_and_its_picture_says_to_run_it(tmp_path,
+                                                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a kernel runs in its notebook's folder
+    panel = ExercisePanel(backoff.EXERCISE)  # the default workspace: ./workspace, beside the notebook
+    assert (tmp_path / "workspace" / "backoff.py").exists()
+    link = '<a href="workspace/backoff.py" target="_blank">'
+    (file_line,) = panel.widget.children[0].children[1].outputs
+    assert link in file_line["data"]["text/html"]
+    assert link in panel.picture() and RUN_FIRST in panel.picture() and "▶ Check" in panel.picture()
+    assert panel.button.description == "Check"
+
+
+def test_hints_come_one_at_a_time_and_reset_says_where_the_learners_version_went(tmp_path):
+    panel = exercise_panel(tmp_path)
+    assert panel.hint() == f"Hint 1 of {len(backoff.EXERCISE.hints)}: {backoff.EXERCISE.hints[0]}"
+    assert panel.hint().startswith("Hint 2 of")
+    panel.path.write_text("my work")
+    said = panel.reset()
+    backup = Path(said.split("your version is in ")[1].rstrip("."))
+    assert backup.read_text() == "my work" and panel.path.read_text() == backoff.EXERCISE.starter
+    assert html.escape(said) == panel.message.value
+
+
+def test_the_solution_shows_only_after_giving_up_or_a_pass(tmp_path):
+    panel = exercise_panel(tmp_path)
+    assert panel.solution_button.disabled
+    assert panel.solution() == "The solution shows after a pass, or after Give up."
+    assert panel.give_up() == backoff.EXERCISE.reference and not panel.solution_button.disabled
+    assert "Why it works:" in panel.message.value
+    Workspace(tmp_path / "passed").record(backoff.EXERCISE, state="passed")
+    assert not ExercisePanel(backoff.EXERCISE, tmp_path / "passed").solution_button.disabled
+
+
+async def test_broken_code_is_said_in_one_line_and_recorded_as_failing(tmp_path):
+    """A syntax error is the checker's one line in the panel (no traceback), and the progress says failing."""
+    panel = exercise_panel(tmp_path)
+    panel.path.write_text("def retry_delay(attempt, base, cap, rng)\n    return 0\n")
+    result = await panel.run()
+    assert result.outcome is Outcome.FAILED and result.run is None
+    (shown,) = panel.output.outputs
+    assert shown["text"] == "✗ Your code could not be used: backoff.py, line 1: expected ':'\n"
+    assert "Traceback" not in shown["text"] and "done in" in panel.status.value
+    assert Workspace(tmp_path / "workspace").state(backoff.EXERCISE) == "failing"
+
+
+async def test_a_missing_file_is_said_in_the_status_line(tmp_path):
+    panel = exercise_panel(tmp_path)
+    panel.path.unlink()
+    with pytest.raises(FileNotFoundError):
+        await panel.run()
+    assert "is not there: press Reset to write the starter" in panel.status.value

@@ -1,0 +1,25 @@
+"""The notebooks' ExercisePanel on real PostgreSQL: Check of the reference passes and shows the stage's run;
+Check of the starter fails with the checker's verdict; each is recorded in the workspace's progress."""
+
+from __future__ import annotations
+
+from reliableq.lab.exercises import fencing
+from reliableq.lab.exercises.checker import Outcome
+from reliableq.lab.panels import ExercisePanel
+
+
+async def test_checking_the_reference_passes_and_the_starter_fails_through_the_panel(tmp_path):
+    panel = ExercisePanel(fencing.EXERCISE, tmp_path, seeds=1)
+    result = await panel.run()  # the starter, as the panel wrote it
+    assert result.outcome is Outcome.FAILED
+    assert panel.output.outputs[0]["text"].startswith("✗ Broken: stage 05's paused worker")
+    assert panel.workspace.state(fencing.EXERCISE) == "failing" and panel.solution_button.disabled
+
+    panel.path.write_text(fencing.REFERENCE)
+    result = await panel.run()
+    assert result.outcome is Outcome.PASSED, result.text()
+    shown = panel.output.outputs
+    assert shown[0]["text"].startswith("✓ fencing passed: stage 05's scenario (seed 1), direct checks, chaos seed 1")
+    assert shown[1]["text"].startswith("Stage 05 fencing")  # the run's summary, then its table and charts
+    assert len(shown) > 2
+    assert panel.workspace.state(fencing.EXERCISE) == "passed" and not panel.solution_button.disabled
