@@ -17,7 +17,6 @@ import asyncio
 import html
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -25,9 +24,6 @@ from IPython.display import HTML, display
 
 from reliableq.config import Mechanisms
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
-from reliableq.lab.exercises import Exercise
-from reliableq.lab.exercises.checker import DEFAULT_SEEDS, CheckResult, Outcome, check
-from reliableq.lab.exercises.workspace import Workspace
 from reliableq.lab.experiment import STAGE_KNOBS, Prediction, Stage
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.notebook import views
@@ -70,7 +66,7 @@ def _box(checked: bool) -> str:
     return "☑" if checked else "☐"
 
 
-def _picture_button(label: str) -> str:
+def picture_button(label: str) -> str:
     return f"<button disabled>▶ {html.escape(label)}</button>"
 
 
@@ -97,6 +93,10 @@ class RunPanel(Pictured):
 
     def show(self, result: Any) -> None:
         raise NotImplementedError
+
+    def mark(self, result: Any) -> str:
+        """The status line's mark for a run that ended with `result`: it ran to its end."""
+        return "✔"
 
     def start(self) -> asyncio.Task:
         """What the Run button does: run in the background; the panel itself reports how it ended.
@@ -144,7 +144,7 @@ class RunPanel(Pictured):
             ticker.cancel()
             self._work = None
             self.button.disabled, self.stop_button.disabled = False, True
-        self.status.value = _line("✔", f"{what}: done in {time.monotonic() - began:.1f} s")
+        self.status.value = _line(self.mark(result), f"{what}: done in {time.monotonic() - began:.1f} s")
         self.show(result)
         return result
 
@@ -218,7 +218,7 @@ class ScenarioPanel(RunPanel):
                            for knob in (self.lease, self.crash_point, self.failure_rate, self.concurrency,
                                         self.jobs, self.seed))
         return (f"<b>Stage {self.stage.NAME}</b>: {html.escape(self.stage.FAILURE)}<br>{switches}<br>{knobs}<br>"
-                f"{_picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+                f"{picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
 
     async def work(self) -> ScenarioResult:
         mechanism_on = True if self.stage.MECHANISM is None else self.switches[self.stage.MECHANISM].value
@@ -226,10 +226,10 @@ class ScenarioPanel(RunPanel):
 
     def show(self, result: ScenarioResult) -> None:
         self.last_result = result
-        _append_views(self.output, result)
+        append_views(self.output, result)
 
 
-def _append_views(output: widgets.Output, result: ScenarioResult) -> None:
+def append_views(output: widgets.Output, result: ScenarioResult) -> None:
     """A run's summary, table, chart and timeline, under a panel's buttons."""
     # append_* rather than `with output:`, which captures only inside a kernel's cell execution.
     for view in views(result):
@@ -253,107 +253,13 @@ class ChaosPanel(RunPanel):
 
     def picture(self) -> str:
         return (f"{self.widget.children[0].value}<br>switch off: {self.mechanism.value}<br>"
-                f"{_picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+                f"{picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
 
     async def work(self) -> ChaosReport:
         return await run_chaos(replace(self.config, mechanisms=Mechanisms().without(self.mechanism.value)))
 
     def show(self, report: ChaosReport) -> None:
         self.output.append_stdout(report.text() + "\n")
-
-
-class ExercisePanel(RunPanel):
-    """Write it yourself: the learner's file in the workspace (a link that opens it in JupyterLab), Check
-    (the same checker as `reliableq exercise check`), and Hint, Reset, Solution and Give up.
-
-    The workspace is relative to the notebook's folder, where its kernel runs; the starter is written there
-    once, never over the learner's file. Progress is recorded in the workspace, as the CLI records it. The
-    solution shows after a pass, or after Give up."""
-
-    def __init__(self, exercise: Exercise, workspace: Path = Path("workspace"), seed: int = 1,
-                 seeds: int = DEFAULT_SEEDS) -> None:
-        self.exercise, self.workspace = exercise, Workspace(workspace)
-        self.seed, self.seeds = seed, seeds
-        self.path, _ = self.workspace.start(exercise)
-        self.last_result: CheckResult | None = None
-        self.given_up = False
-        self.hint_button = widgets.Button(description="Hint", layout={"width": "auto"})
-        self.reset_button = widgets.Button(description="Reset", layout={"width": "auto"})
-        self.solution_button = widgets.Button(description="Solution", layout={"width": "auto"})
-        self.give_up_button = widgets.Button(description="Give up", layout={"width": "auto"})
-        self.message = widgets.HTML()
-        self.hint_button.on_click(lambda _: self.hint())
-        self.reset_button.on_click(lambda _: self.reset())
-        self.solution_button.on_click(lambda _: self.solution())
-        self.give_up_button.on_click(lambda _: self.give_up())
-        self._solution_allowed()
-        # An Output, not an HTML widget: JupyterLab renders its HTML with the notebook's own link handling,
-        # so the relative link opens the file in JupyterLab's editor.
-        file_line = widgets.Output()
-        file_line.append_display_data(HTML(self._file_line()))
-        header = widgets.VBox([widgets.HTML(self._title()), file_line])
-        buttons = widgets.HBox([self.hint_button, self.reset_button, self.solution_button, self.give_up_button])
-        super().__init__(header, widgets.VBox([buttons, self.message]), "Check")
-
-    def _title(self) -> str:
-        return (f"<b>Write it yourself: exercise {self.exercise.stage_number:02d} {self.exercise.name}</b>: "
-                f"{html.escape(self.exercise.summary)}")
-
-    def _file_line(self) -> str:
-        link = html.escape(self.path.as_posix())
-        return (f'Your file: <a href="{link}" target="_blank"><code>{link}</code></a>: '
-                "open it, edit it, save it, then press <b>Check</b>.")
-
-    def _solution_allowed(self) -> None:
-        self.solution_button.disabled = not (self.given_up or self.workspace.state(self.exercise) == "passed")
-
-    def hint(self) -> str:
-        number, hint = self.workspace.next_hint(self.exercise)
-        return self._say(f"Hint {number} of {len(self.exercise.hints)}: {hint}")
-
-    def reset(self) -> str:
-        path, backup = self.workspace.reset(self.exercise)
-        return self._say(f"The starter is back in {path.as_posix()}"
-                         + (f"; your version is in {backup.as_posix()}." if backup else "."))
-
-    def give_up(self) -> str:
-        self.given_up = True
-        self._solution_allowed()
-        return self.solution()
-
-    def solution(self) -> str:
-        if self.solution_button.disabled:
-            return self._say("The solution shows after a pass, or after Give up.")
-        self.message.value = (f"<pre>{html.escape(self.exercise.reference.rstrip())}</pre>"
-                              f"<b>Why it works:</b> {html.escape(self.exercise.why)}")
-        return self.exercise.reference
-
-    def _say(self, text: str) -> str:
-        self.message.value = html.escape(text)
-        return text
-
-    def describe(self) -> str:
-        return f"the check of {self.exercise.name} ({self.path.as_posix()})"
-
-    def picture(self) -> str:
-        return (f"{self._title()}<br>{self._file_line()}<br>"
-                f"{_picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
-
-    async def work(self) -> CheckResult:
-        text = self.workspace.read(self.exercise)
-        if text is None:
-            raise FileNotFoundError(f"{self.path.as_posix()} is not there: press Reset to write the starter")
-        result = await check(self.exercise, text, seed=self.seed, seeds=self.seeds)
-        if result.outcome is not Outcome.COULD_NOT_RUN:
-            self.workspace.record(self.exercise, state="passed" if result.outcome is Outcome.PASSED else "failing")
-        return result
-
-    def show(self, result: CheckResult) -> None:
-        self.last_result = result
-        self._solution_allowed()
-        self.output.append_stdout(result.text() + "\n")
-        if result.run is not None:
-            _append_views(self.output, result.run)
 
 
 class SelfCheck(Pictured):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from reliableq.lab.exercises import fencing
 from reliableq.lab.exercises.checker import Outcome
-from reliableq.lab.panels import ExercisePanel
+from reliableq.lab.exercises.panel import ExercisePanel
 
 
 async def test_checking_the_reference_passes_and_the_starter_fails_through_the_panel(tmp_path):

@@ -14,8 +14,9 @@ import pytest
 from reliableq.config import Mechanisms
 from reliableq.lab.exercises import backoff
 from reliableq.lab.exercises.checker import Outcome
+from reliableq.lab.exercises.panel import ExercisePanel
 from reliableq.lab.exercises.workspace import Workspace
-from reliableq.lab.panels import RUN_FIRST, STAGE_DEFAULT, ExercisePanel, ScenarioPanel
+from reliableq.lab.panels import RUN_FIRST, STAGE_DEFAULT, ScenarioPanel
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 

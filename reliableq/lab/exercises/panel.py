@@ -1,0 +1,115 @@
+"""The notebooks' "Write it yourself" panel: the learner's workspace file, Check (the same checker as
+`reliableq exercise check`), Hint, Reset, Solution and Give up. It lives with the exercises, not with
+the other panels, because the exercises grade with the stages' scenarios, a layer above the lab's own.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import ipywidgets as widgets
+from IPython.display import HTML
+
+from reliableq.lab.exercises import Exercise, earlier_code
+from reliableq.lab.exercises.checker import DEFAULT_SEEDS, CheckResult, Outcome, check
+from reliableq.lab.exercises.workspace import Workspace
+from reliableq.lab.panels import RUN_FIRST, RunPanel, append_views, picture_button
+
+
+class ExercisePanel(RunPanel):
+    """Write it yourself: the learner's file in the workspace (a link that opens it in JupyterLab), Check
+    (the same checker as `reliableq exercise check`), and Hint, Reset, Solution and Give up.
+
+    The workspace is relative to the notebook's folder, where its kernel runs; the starter is written there
+    once, never over the learner's file. Progress is recorded in the workspace, as the CLI records it. The
+    solution shows after a pass, or after Give up."""
+
+    def __init__(self, exercise: Exercise, workspace: Path = Path("workspace"), seed: int = 1,
+                 seeds: int = DEFAULT_SEEDS) -> None:
+        self.exercise, self.workspace = exercise, Workspace(workspace)
+        self.seed, self.seeds = seed, seeds
+        self.path, _ = self.workspace.start(exercise)
+        self.last_result: CheckResult | None = None
+        self.given_up = False
+        self.hint_button = widgets.Button(description="Hint", layout={"width": "auto"})
+        self.reset_button = widgets.Button(description="Reset", layout={"width": "auto"})
+        self.solution_button = widgets.Button(description="Solution", layout={"width": "auto"})
+        self.give_up_button = widgets.Button(description="Give up", layout={"width": "auto"})
+        self.message = widgets.HTML()
+        self.hint_button.on_click(lambda _: self.hint())
+        self.reset_button.on_click(lambda _: self.reset())
+        self.solution_button.on_click(lambda _: self.solution())
+        self.give_up_button.on_click(lambda _: self.give_up())
+        self._solution_allowed()
+        # An Output, not an HTML widget: JupyterLab renders its HTML with the notebook's own link handling,
+        # so the relative link opens the file in JupyterLab's editor.
+        file_line = widgets.Output()
+        file_line.append_display_data(HTML(self._file_line()))
+        header = widgets.VBox([widgets.HTML(self._title()), file_line])
+        buttons = widgets.HBox([self.hint_button, self.reset_button, self.solution_button, self.give_up_button])
+        super().__init__(header, widgets.VBox([buttons, self.message]), "Check")
+
+    def _title(self) -> str:
+        return (f"<b>Write it yourself: exercise {self.exercise.stage_number:02d} {self.exercise.name}</b>: "
+                f"{html.escape(self.exercise.summary)}")
+
+    def _file_line(self) -> str:
+        link = html.escape(self.path.as_posix())
+        return (f'Your file: <a href="{link}" target="_blank"><code>{link}</code></a>: '
+                "open it, edit it, save it, then press <b>Check</b>.")
+
+    def _solution_allowed(self) -> None:
+        self.solution_button.disabled = not (self.given_up or self.workspace.state(self.exercise) == "passed")
+
+    def hint(self) -> str:
+        number, hint = self.workspace.next_hint(self.exercise)
+        return self._say(f"Hint {number} of {len(self.exercise.hints)}: {hint}")
+
+    def reset(self) -> str:
+        path, backup = self.workspace.reset(self.exercise)
+        return self._say(f"The starter is back in {path.as_posix()}"
+                         + (f"; your version is in {backup.as_posix()}." if backup else "."))
+
+    def give_up(self) -> str:
+        self.given_up = True
+        self._solution_allowed()
+        return self.solution()
+
+    def solution(self) -> str:
+        if self.solution_button.disabled:
+            return self._say("The solution shows after a pass, or after Give up.")
+        self.message.value = (f"<pre>{html.escape(self.exercise.reference.rstrip())}</pre>"
+                              f"<b>Why it works:</b> {html.escape(self.exercise.why)}")
+        return self.exercise.reference
+
+    def _say(self, text: str) -> str:
+        self.message.value = html.escape(text)
+        return text
+
+    def describe(self) -> str:
+        return f"the check of {self.exercise.name} ({self.path.as_posix()})"
+
+    def picture(self) -> str:
+        return (f"{self._title()}<br>{self._file_line()}<br>"
+                f"{picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+
+    async def work(self) -> CheckResult:
+        text = self.workspace.read(self.exercise)
+        if text is None:
+            raise FileNotFoundError(f"{self.path.as_posix()} is not there: press Reset to write the starter")
+        result = await check(self.exercise, text, seed=self.seed, seeds=self.seeds,
+                             earlier=earlier_code(self.exercise, self.workspace))
+        if result.outcome is not Outcome.COULD_NOT_RUN:
+            self.workspace.record(self.exercise, state="passed" if result.outcome is Outcome.PASSED else "failing")
+        return result
+
+    def mark(self, result: CheckResult) -> str:
+        return {Outcome.PASSED: "✔", Outcome.FAILED: "✗", Outcome.COULD_NOT_RUN: "?"}[result.outcome]
+
+    def show(self, result: CheckResult) -> None:
+        self.last_result = result
+        self._solution_allowed()
+        self.output.append_stdout(result.text() + "\n")
+        if result.run is not None:
+            append_views(self.output, result.run)
