@@ -8,6 +8,8 @@ runs it in the real system for that).
 
 from __future__ import annotations
 
+import sys
+import time
 import traceback
 import types
 from collections.abc import Callable, Iterable
@@ -39,10 +41,39 @@ def load_function(text: str, filename: str, name: str) -> Callable[..., Any]:
 
     def guarded(*args: Any) -> Any:
         try:
-            return function(*args)
+            return within_deadline(function, args, filename)
+        except LearnerError:
+            raise
         except Exception as error:
             raise LearnerError(at_learner_line(error, filename)) from None
     return guarded
+
+
+CALL_DEADLINE_SECONDS = 1.0  # a policy answers in microseconds; longer is a loop that does not end
+
+
+def within_deadline(function: Callable[..., Any], args: tuple, filename: str) -> Any:
+    """Call the learner's `function`, stopping it at its line if it runs past CALL_DEADLINE_SECONDS.
+
+    A learner's endless loop runs on the event loop's own thread, where no asyncio timeout can reach
+    it; a trace function on the learner's file's lines can, and costs nothing outside that file."""
+    deadline = time.monotonic() + CALL_DEADLINE_SECONDS
+
+    def on_line(frame: types.FrameType, event: str, arg: object):
+        if event == "line" and time.monotonic() > deadline:
+            raise LearnerError(f"{filename}, line {frame.f_lineno}: still running after {CALL_DEADLINE_SECONDS:g} s "
+                               "(a loop that never ends?)")
+        return on_line
+
+    def on_call(frame: types.FrameType, event: str, arg: object):
+        return on_line if frame.f_code.co_filename == filename else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        return function(*args)
+    finally:
+        sys.settrace(previous)
 
 
 def at_learner_line(error: BaseException, filename: str) -> str:
