@@ -66,10 +66,6 @@ def _box(checked: bool) -> str:
     return "☑" if checked else "☐"
 
 
-def picture_button(label: str) -> str:
-    return f"<button disabled>▶ {html.escape(label)}</button>"
-
-
 class RunPanel(Pictured):
     """A Run button, a Stop button, a live status line and one result; subclasses say what a run is
     (`describe`), do it (`work`) and show its result (`show`)."""
@@ -93,6 +89,10 @@ class RunPanel(Pictured):
 
     def show(self, result: Any) -> None:
         raise NotImplementedError
+
+    def pictured_button(self) -> str:
+        """The Run button in a panel's picture: greyed, and saying how to bring the panel to life."""
+        return f"<button disabled>▶ {html.escape(self.button.description)}</button> <i>{RUN_FIRST}</i>"
 
     def mark(self, result: Any) -> str:
         """The status line's mark for a run that ended with `result`: it ran to its end."""
@@ -218,7 +218,7 @@ class ScenarioPanel(RunPanel):
                            for knob in (self.lease, self.crash_point, self.failure_rate, self.concurrency,
                                         self.jobs, self.seed))
         return (f"<b>Stage {self.stage.NAME}</b>: {html.escape(self.stage.FAILURE)}<br>{switches}<br>{knobs}<br>"
-                f"{picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+                f"{self.pictured_button()}")
 
     async def work(self) -> ScenarioResult:
         mechanism_on = True if self.stage.MECHANISM is None else self.switches[self.stage.MECHANISM].value
@@ -253,7 +253,7 @@ class ChaosPanel(RunPanel):
 
     def picture(self) -> str:
         return (f"{self.widget.children[0].value}<br>switch off: {self.mechanism.value}<br>"
-                f"{picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+                f"{self.pictured_button()}")
 
     async def work(self) -> ChaosReport:
         return await run_chaos(replace(self.config, mechanisms=Mechanisms().without(self.mechanism.value)))

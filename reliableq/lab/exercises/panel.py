@@ -14,7 +14,7 @@ from IPython.display import HTML
 from reliableq.lab.exercises import Exercise, earlier_code
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS, CheckResult, Outcome, check
 from reliableq.lab.exercises.workspace import Workspace
-from reliableq.lab.panels import RUN_FIRST, RunPanel, append_views, picture_button
+from reliableq.lab.panels import RunPanel, append_views
 
 
 class ExercisePanel(RunPanel):
@@ -92,7 +92,7 @@ class ExercisePanel(RunPanel):
 
     def picture(self) -> str:
         return (f"{self._title()}<br>{self._file_line()}<br>"
-                f"{picture_button(self.button.description)} <i>{RUN_FIRST}</i>")
+                f"{self.pictured_button()}")
 
     async def work(self) -> CheckResult:
         text = self.workspace.read(self.exercise)
