@@ -210,23 +210,29 @@ def scratch_databases(prefix: str = "rq_scratch", templates: Databases | None = 
             drop_database(admin_url, n)
 
 
-def open_pool(url: str, max_size: int = 10, min_size: int = 1,
-              idle_in_transaction_seconds: float | None = None) -> AsyncConnectionPool:
+def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transaction_seconds: float | None = None,
+              statement_seconds: float | None = None) -> AsyncConnectionPool:
     """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
     at once, so no transaction is ever left open by accident. Open it with `await pool.open()`.
     `idle_in_transaction_seconds`: the server ends a session whose transaction sits idle this long. A
     worker stopped (SIGSTOP, a frozen VM) inside a renewal or a finalize would otherwise hold its job's
-    row locked, and no other worker could reclaim the job however long ago its lease ran out."""
+    row locked, and no other worker could reclaim the job however long ago its lease ran out.
+    `statement_seconds`: the server cancels a statement that runs this long (a lock wait included)."""
     kwargs: dict = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS}
-    if idle_in_transaction_seconds is not None:
-        kwargs["options"] = f"-c idle_in_transaction_session_timeout={max(int(idle_in_transaction_seconds * 1000), 1)}"
+    settings = {"idle_in_transaction_session_timeout": idle_in_transaction_seconds,
+                "statement_timeout": statement_seconds}
+    options = [f"-c {name}={max(int(seconds * 1000), 1)}" for name, seconds in settings.items() if seconds is not None]
+    if options:
+        kwargs["options"] = " ".join(options)
     return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs)
 
 
 async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
-                            idle_in_transaction_seconds: float | None = None) -> AsyncConnectionPool:
+                            idle_in_transaction_seconds: float | None = None,
+                            statement_seconds: float | None = None) -> AsyncConnectionPool:
     """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
-    pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds)
+    pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds,
+                     statement_seconds=statement_seconds)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
     except Exception as error:  # PoolTimeout hides the real reason; connect once to report it

@@ -34,7 +34,7 @@ from reliableq.handlers import HandlerRegistry
 from reliableq.lab import processes
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.ledger import JobCounts, job_counts
-from reliableq.lab.pieces import SHIPPED, Pieces
+from reliableq.lab.pieces import LEARNER_STATEMENT_SECONDS, SHIPPED, Pieces
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
@@ -247,7 +247,10 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         stack.push_async_callback(own_pool.close)
         worker_pool = None
         if worker_pool_size:
-            worker_pool = await db.open_pool_checked(databases.queue_url, max_size=worker_pool_size)
+            # A learner's SQL that waits for a lock or never ends is cancelled with PostgreSQL's own message.
+            limit = LEARNER_STATEMENT_SECONDS if pieces.queue_queries else None
+            worker_pool = await db.open_pool_checked(databases.queue_url, max_size=worker_pool_size,
+                                                     statement_seconds=limit)
             stack.push_async_callback(worker_pool.close)
         http = httpx.AsyncClient(timeout=10)
         stack.push_async_callback(http.aclose)

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from reliableq.backoff import RetryDelays
 from reliableq.config import WorkerSettings
 
+# How long one statement of a learner's replaced queries may run in a real run, lock waits included. The
+# shipped queries take milliseconds and wait for a lock no longer than a held renewal; a learner's that
+# waits behind another claimer, or loops, is cancelled with PostgreSQL's own message instead of hanging.
+LEARNER_STATEMENT_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class Pieces:

@@ -11,6 +11,7 @@ import pytest
 from reliableq.charge.service import ChargeFaults
 from reliableq.lab import processes
 from reliableq.lab.harness import local_system
+from reliableq.lab.pieces import LEARNER_STATEMENT_SECONDS, SHIPPED, Pieces
 from reliableq.payload import Submission
 
 CHARGE = Submission(payload={"amount_cents": 1250, "currency": "USD"})
@@ -49,3 +50,14 @@ async def test_faults_go_where_the_servers_run(databases):
     with pytest.raises(ValueError, match="charge_faults, not charge_args"):
         async with local_system(databases=databases, charge_args=["--latency", "1"]):
             pass
+
+
+async def test_a_learners_replaced_queries_run_under_a_statement_timeout(databases):
+    """A learner's claim that waits for a lock or never ends is cancelled by PostgreSQL in a real run;
+    the shipped queries keep no limit (a long lock wait is a fault the chaos runs stage on purpose)."""
+    learner = Pieces(queue_queries={"database_now": "SELECT pg_sleep(60), now() AS now"})
+    for pieces, expected in [(SHIPPED, "0"), (learner, f"{int(LEARNER_STATEMENT_SECONDS)}s")]:
+        async with local_system(databases=databases, api=False, charge=False, pieces=pieces) as system:
+            async with system.worker_pool.connection() as conn:
+                shown = await (await conn.execute("SHOW statement_timeout")).fetchone()
+        assert shown[0] == expected
