@@ -27,6 +27,7 @@ from psycopg_pool import PoolTimeout
 
 from reliableq.backoff import Backoff, RetryDelays
 from reliableq.config import WorkerSettings
+from reliableq.finalize_decision import FinalizeDecision, decide
 from reliableq.group_commit import GroupCommitter
 from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.hooks import FaultHook, SimulatedCrash
@@ -63,9 +64,11 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
-                 faults: FaultHook | None = None, backoff: RetryDelays | None = None) -> None:
+                 faults: FaultHook | None = None, backoff: RetryDelays | None = None,
+                 decision: FinalizeDecision | None = None) -> None:
         """`backoff`: the retry delays to use instead of the settings' Backoff (anything with the same
-        `delay(attempt, job_key)`; the lab's exercises plug a learner's policy in here)."""
+        `delay(attempt, job_key)`); `decision`: succeed, retry or dead instead of finalize_decision.decide.
+        The lab's exercises plug a learner's policy in here."""
         self.queue = queue
         self.mechanisms = queue.mechanisms
         self.handlers = handlers
@@ -74,6 +77,7 @@ class Worker:
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_worker_numbers)}"
         self.backoff = backoff or Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds,
                                           settings.backoff_seed)
+        self.decide = decision or decide
         self.stats = WorkerStats()
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
@@ -241,12 +245,12 @@ class Worker:
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
     async def _finalize_as_classified(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
-        if outcome.kind == "ok":
+        decision = self.decide(outcome.kind, job.attempts, job.max_attempts)
+        if decision == "succeed":
             return "succeed", await self.successes.submit(job)
-        if self.mechanisms.dead and outcome.kind == "permanent":
-            return "dead", await self.queue.dead(job, f"permanent failure: {outcome.detail}")
-        if self.mechanisms.dead and job.attempts >= job.max_attempts:
-            error = f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}"
+        if decision == "dead" and self.mechanisms.dead:  # with DEAD off, nothing is ever given up on
+            error = (f"permanent failure: {outcome.detail}" if outcome.kind == "permanent" else
+                     f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}")
             return "dead", await self.queue.dead(job, error)
         delay = self.backoff.delay(job.attempts, str(job.id)) if self.mechanisms.backoff else 0.0
         return "retry", await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}")

@@ -89,7 +89,7 @@ class LocalSystem:
             self._charge_clients.append(charges)
             handlers = standard_handlers(charges)
         retry_delays = self.pieces.retry_delays(settings) if self.pieces.retry_delays else None
-        worker = Worker(queue, handlers, settings, faults, retry_delays)
+        worker = Worker(queue, handlers, settings, faults, retry_delays, self.pieces.decision)
         self._workers.append(worker)
         return worker
 
