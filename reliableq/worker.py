@@ -32,6 +32,7 @@ from reliableq.group_commit import GroupCommitter
 from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
+from reliableq.permits import ClaimPermits, Permits
 from reliableq.queue import Job, Queue
 
 log = logging.getLogger("reliableq.worker")
@@ -65,10 +66,11 @@ class WorkerStats:
 class Worker:
     def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
                  faults: FaultHook | None = None, backoff: RetryDelays | None = None,
-                 decision: FinalizeDecision | None = None) -> None:
+                 decision: FinalizeDecision | None = None, permits: ClaimPermits | None = None) -> None:
         """`backoff`: the retry delays to use instead of the settings' Backoff (anything with the same
-        `delay(attempt, job_key)`); `decision`: succeed, retry or dead instead of finalize_decision.decide.
-        The lab's exercises plug a learner's policy in here."""
+        `delay(attempt, job_key)`); `decision`: succeed, retry or dead instead of finalize_decision.decide;
+        `permits`: instead of Permits(settings.concurrency). The lab's exercises plug a learner's policy in
+        here."""
         self.queue = queue
         self.mechanisms = queue.mechanisms
         self.handlers = handlers
@@ -78,6 +80,7 @@ class Worker:
         self.backoff = backoff or Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds,
                                           settings.backoff_seed)
         self.decide = decision or decide
+        self.permits = permits or Permits(settings.concurrency)
         self.stats = WorkerStats()
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
@@ -94,9 +97,15 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
+    @property
+    def stalled(self) -> bool:
+        """Whether this worker can never claim again: no permit free and no job in flight to give one back
+        (a permit taken and never released)."""
+        return self.in_flight == 0 and self._claim_limit() <= 0
+
     def _claim_limit(self) -> int:
         if self.mechanisms.semaphore:
-            return self.settings.concurrency - self.in_flight
+            return self.permits.free()
         return self.settings.unbounded_claim_limit
 
     async def run(self) -> WorkerStats:
@@ -106,9 +115,11 @@ class Worker:
             while not self._stopping.is_set():
                 self._wake.clear()
                 jobs = await self._claim()
+                if jobs:
+                    self.permits.taken(len(jobs))
                 for job in jobs:
                     self._start(job)
-                if not jobs or self._claim_limit() == 0:
+                if not jobs or self._claim_limit() <= 0:
                     # Idle or full: wait for a poll tick, a finished handler, or a stop.
                     try:
                         await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
@@ -121,7 +132,7 @@ class Worker:
 
     async def _claim(self) -> list[Job]:
         limit = self._claim_limit()
-        if not limit:
+        if limit <= 0:
             return []
         started = time.perf_counter()
         try:
@@ -145,6 +156,7 @@ class Worker:
 
     def _handler_done(self, task: asyncio.Task) -> None:
         self._handlers.discard(task)
+        self.permits.released()
         self._wake.set()
         if task.cancelled():
             return

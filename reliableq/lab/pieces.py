@@ -1,5 +1,5 @@
-"""The pieces of the system a run may replace: named queue queries, the retry-delay policy and the
-finalize decision.
+"""The pieces of the system a run may replace: named queue queries, the retry-delay policy, the
+finalize decision and the worker's permits.
 
 Empty, a run uses the shipped ones. The exercises put a learner's code here, and the harness hands it
 to every worker it makes, so the learner's piece runs inside the real worker, queue and database. The
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from reliableq.backoff import RetryDelays
 from reliableq.config import WorkerSettings
 from reliableq.finalize_decision import FinalizeDecision
+from reliableq.permits import ClaimPermits
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,13 @@ class Pieces:
     # The worker's retry delays, made from its settings (base, cap, seed); None: the shipped Backoff.
     retry_delays: Callable[[WorkerSettings], RetryDelays] | None = None
     decision: FinalizeDecision | None = None  # succeed, retry or dead; None: the shipped decide
+    permits: Callable[[int], ClaimPermits] | None = None  # a worker's permits from its limit; None: Permits
 
     def beside(self, other: Pieces) -> Pieces:
         """These pieces and `other`'s together (an exercise's and those of the stages before it); where
         both replace the same thing, these win."""
         return Pieces({**other.queue_queries, **self.queue_queries}, self.retry_delays or other.retry_delays,
-                      self.decision or other.decision)
+                      self.decision or other.decision, self.permits or other.permits)
 
 
 SHIPPED = Pieces()
