@@ -65,13 +65,17 @@ def within_deadline(function: Callable[..., Any], args: tuple, filename: str) ->
     deadline = time.monotonic() + CALL_DEADLINE_SECONDS
 
     def on_line(frame: types.FrameType, event: str, arg: object):
-        if event == "line" and time.monotonic() > deadline:
+        if event in ("line", "opcode") and time.monotonic() > deadline:
             raise LearnerError(f"{filename}, line {frame.f_lineno}: still running after {CALL_DEADLINE_SECONDS:g} s "
                                "(a loop that never ends?)")
         return on_line
 
     def on_call(frame: types.FrameType, event: str, arg: object):
-        return on_line if frame.f_code.co_filename == filename else None
+        if frame.f_code.co_filename != filename:
+            return None
+        # Opcodes too: `while True: pass` loops within one line, which raises no new line event.
+        frame.f_trace_opcodes = True
+        return on_line
 
     previous = sys.gettrace()
     sys.settrace(on_call)
