@@ -112,3 +112,13 @@ async def test_permits_never_released_name_the_jobs_that_never_ran_well_within_t
     assert "the worker stopped claiming with no job in flight: 2 job(s) never ran" in result.lines[0]
     assert "  job job-3, status PENDING, attempts 0" in result.lines
     assert "  job job-4, status PENDING, attempts 0" in result.lines
+
+
+async def test_a_check_of_semaphore_runs_the_dead_exercise_again_with_both_pieces_in_place():
+    """The learner's decision and permits reach the same workers: with dead's starter beside the reference
+    permits, dead's own scenario (run again) names the regression."""
+    from reliableq.lab.exercises import dead
+    result = await check(semaphore.EXERCISE, REFERENCE, seeds=1, earlier=[(dead.EXERCISE, dead.STARTER)])
+    assert result.outcome is Outcome.FAILED
+    assert result.lines[0] == "✗ Regressed: exercise dead (stage 08) no longer holds with your new code."
+    assert result.checked == ["stage 09's scenario (seed 1)", "direct checks"]
