@@ -1,11 +1,11 @@
 """The worker: claims due jobs, runs their kind's handler, and finalizes each exactly as its lease allows.
 
-One asyncio loop per worker. With the semaphore on, it claims only as many jobs as it has free permits;
-each handler renews its lease every third of the lease from the start of its effect until its finalize
-is recorded (reliableq/lease_keeper.py), runs the handler registered for the job's kind
-(reliableq/handlers.py; a charge calls the charge service with the job's stable key), takes its
-classified outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD), learning
-after a lost answer what its first try committed.
+One asyncio loop per worker. With the semaphore on, it claims only as many jobs as it has free permits
+(reliableq/permits.py); each handler renews its lease every third of the lease from the start of its
+effect until its finalize is recorded (reliableq/lease_keeper.py), runs the handler registered for the
+job's kind (reliableq/handlers.py; a charge calls the charge service with the job's stable key), takes
+its classified outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD, as
+reliableq/finalize_decision.py decides), learning after a lost answer what its first try committed.
 On stop (SIGTERM/SIGINT in the CLI) it claims nothing more, lets in-flight handlers finish within the
 grace period while still renewing, and abandons the rest to lease expiry: unfinished work is never
 marked succeeded. What it cannot guarantee: that a handler runs once. A crash after the charge and
