@@ -1,11 +1,11 @@
 """The worker: claims due jobs, runs their kind's handler, and finalizes each exactly as its lease allows.
 
-One asyncio loop per worker. With the semaphore on, it claims only as many jobs as it has free permits;
-each handler renews its lease every third of the lease from the start of its effect until its finalize
-is recorded (reliableq/lease_keeper.py), runs the handler registered for the job's kind
-(reliableq/handlers.py; a charge calls the charge service with the job's stable key), takes its
-classified outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD), learning
-after a lost answer what its first try committed.
+One asyncio loop per worker. With the semaphore on, it claims only as many jobs as it has free permits
+(reliableq/permits.py); each handler renews its lease every third of the lease from the start of its
+effect until its finalize is recorded (reliableq/lease_keeper.py), runs the handler registered for the
+job's kind (reliableq/handlers.py; a charge calls the charge service with the job's stable key), takes
+its classified outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD, as
+reliableq/finalize_decision.py decides), learning after a lost answer what its first try committed.
 On stop (SIGTERM/SIGINT in the CLI) it claims nothing more, lets in-flight handlers finish within the
 grace period while still renewing, and abandons the rest to lease expiry: unfinished work is never
 marked succeeded. What it cannot guarantee: that a handler runs once. A crash after the charge and
@@ -27,10 +27,12 @@ from psycopg_pool import PoolTimeout
 
 from reliableq.backoff import Backoff, RetryDelays
 from reliableq.config import WorkerSettings
+from reliableq.finalize_decision import FinalizeDecision, decide
 from reliableq.group_commit import GroupCommitter
 from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
+from reliableq.permits import ClaimPermits, Permits
 from reliableq.queue import Job, Queue
 
 log = logging.getLogger("reliableq.worker")
@@ -63,9 +65,12 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
-                 faults: FaultHook | None = None, backoff: RetryDelays | None = None) -> None:
+                 faults: FaultHook | None = None, backoff: RetryDelays | None = None,
+                 decision: FinalizeDecision | None = None, permits: ClaimPermits | None = None) -> None:
         """`backoff`: the retry delays to use instead of the settings' Backoff (anything with the same
-        `delay(attempt, job_key)`; the lab's exercises plug a learner's policy in here)."""
+        `delay(attempt, job_key)`); `decision`: succeed, retry or dead instead of finalize_decision.decide;
+        `permits`: instead of Permits(settings.concurrency). The lab's exercises plug a learner's policy in
+        here."""
         self.queue = queue
         self.mechanisms = queue.mechanisms
         self.handlers = handlers
@@ -74,6 +79,8 @@ class Worker:
         self.worker_id = settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_worker_numbers)}"
         self.backoff = backoff or Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds,
                                           settings.backoff_seed)
+        self.decide = decision or decide
+        self.permits = permits or Permits(settings.concurrency)
         self.stats = WorkerStats()
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
@@ -90,9 +97,15 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
+    @property
+    def stalled(self) -> bool:
+        """Whether this worker can never claim again: no permit free and no job in flight to give one back
+        (a permit taken and never released)."""
+        return self.in_flight == 0 and self._claim_limit() <= 0
+
     def _claim_limit(self) -> int:
         if self.mechanisms.semaphore:
-            return self.settings.concurrency - self.in_flight
+            return self.permits.free()
         return self.settings.unbounded_claim_limit
 
     async def run(self) -> WorkerStats:
@@ -102,9 +115,11 @@ class Worker:
             while not self._stopping.is_set():
                 self._wake.clear()
                 jobs = await self._claim()
+                if jobs:
+                    self.permits.taken(len(jobs))
                 for job in jobs:
                     self._start(job)
-                if not jobs or self._claim_limit() == 0:
+                if not jobs or self._claim_limit() <= 0:
                     # Idle or full: wait for a poll tick, a finished handler, or a stop.
                     try:
                         await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
@@ -117,7 +132,7 @@ class Worker:
 
     async def _claim(self) -> list[Job]:
         limit = self._claim_limit()
-        if not limit:
+        if limit <= 0:
             return []
         started = time.perf_counter()
         try:
@@ -141,6 +156,7 @@ class Worker:
 
     def _handler_done(self, task: asyncio.Task) -> None:
         self._handlers.discard(task)
+        self.permits.released()
         self._wake.set()
         if task.cancelled():
             return
@@ -241,12 +257,12 @@ class Worker:
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
     async def _finalize_as_classified(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
-        if outcome.kind == "ok":
+        decision = self.decide(outcome.kind, job.attempts, job.max_attempts)
+        if decision == "succeed":
             return "succeed", await self.successes.submit(job)
-        if self.mechanisms.dead and outcome.kind == "permanent":
-            return "dead", await self.queue.dead(job, f"permanent failure: {outcome.detail}")
-        if self.mechanisms.dead and job.attempts >= job.max_attempts:
-            error = f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}"
+        if decision == "dead" and self.mechanisms.dead:  # with DEAD off, nothing is ever given up on
+            error = (f"permanent failure: {outcome.detail}" if outcome.kind == "permanent" else
+                     f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}")
             return "dead", await self.queue.dead(job, error)
         delay = self.backoff.delay(job.attempts, str(job.id)) if self.mechanisms.backoff else 0.0
         return "retry", await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.harness import SETTLED_STATUSES
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "semaphore"
@@ -48,13 +49,19 @@ def mechanisms(on: bool) -> Mechanisms:
 
 
 async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
-    """params.jobs due at once, one worker with params.concurrency permits, a service of capacity K."""
+    """params.jobs due at once, one worker with params.concurrency permits, a service of capacity K; until
+    every job settled, or the worker stalled (permits that are never released: exercise 09's mistake)."""
     faults = ChargeFaults(capacity=CHARGE_CAPACITY, latency_seconds=CHARGE_LATENCY_SECONDS, seed=params.seed)
     async with experiment(NAME, MECHANISM, on, params, charge_faults=faults) as run:
         ids = await run.submit(max_attempts=BUDGET)
         worker = run.worker("worker-1")
         run.system.start_worker(worker)
-        await run.wait_settled(ids)
+
+        async def settled_or_stalled() -> bool:
+            # A worker with no permit free and nothing in flight never claims again: its jobs never run.
+            jobs = [await run.system.queue.get(job_id) for job_id in ids]
+            return worker.stalled or all(job.status in SETTLED_STATUSES for job in jobs)
+        await run.wait_for(settled_or_stalled, f"{len(ids)} job(s) to be SUCCEEDED or DEAD")
         service = await run.system.charge_stats()
         result = await run.result()
         result.measurements = {

@@ -89,7 +89,8 @@ class LocalSystem:
             self._charge_clients.append(charges)
             handlers = standard_handlers(charges)
         retry_delays = self.pieces.retry_delays(settings) if self.pieces.retry_delays else None
-        worker = Worker(queue, handlers, settings, faults, retry_delays)
+        permits = self.pieces.permits(settings.concurrency) if self.pieces.permits else None
+        worker = Worker(queue, handlers, settings, faults, retry_delays, self.pieces.decision, permits)
         self._workers.append(worker)
         return worker
 

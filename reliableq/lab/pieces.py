@@ -1,4 +1,5 @@
-"""The pieces of the system a run may replace: named queue queries and the retry-delay policy.
+"""The pieces of the system a run may replace: named queue queries, the retry-delay policy, the
+finalize decision and the worker's permits.
 
 Empty, a run uses the shipped ones. The exercises put a learner's code here, and the harness hands it
 to every worker it makes, so the learner's piece runs inside the real worker, queue and database. The
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 
 from reliableq.backoff import RetryDelays
 from reliableq.config import WorkerSettings
+from reliableq.finalize_decision import FinalizeDecision
+from reliableq.permits import ClaimPermits
 
 # How long one statement of a learner's replaced queries may run in a real run, lock waits included. The
 # shipped queries take milliseconds and wait for a lock no longer than a held renewal; a learner's that
@@ -25,11 +28,14 @@ class Pieces:
     queue_queries: Mapping[str, str] = field(default_factory=dict)  # name in sql/queue.sql -> its new text
     # The worker's retry delays, made from its settings (base, cap, seed); None: the shipped Backoff.
     retry_delays: Callable[[WorkerSettings], RetryDelays] | None = None
+    decision: FinalizeDecision | None = None  # succeed, retry or dead; None: the shipped decide
+    permits: Callable[[int], ClaimPermits] | None = None  # a worker's permits from its limit; None: Permits
 
     def beside(self, other: Pieces) -> Pieces:
         """These pieces and `other`'s together (an exercise's and those of the stages before it); where
         both replace the same thing, these win."""
-        return Pieces({**other.queue_queries, **self.queue_queries}, self.retry_delays or other.retry_delays)
+        return Pieces({**other.queue_queries, **self.queue_queries}, self.retry_delays or other.retry_delays,
+                      self.decision or other.decision, self.permits or other.permits)
 
 
 SHIPPED = Pieces()

@@ -7,6 +7,8 @@ Layout
     workspace     the learner's files, backups and progress, outside any notebook
     fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
     backoff       exercise 07: the retry delay (Python)
+    dead          exercise 08: the finalize decision, succeed, retry or dead (Python)
+    semaphore     exercise 09: the worker's permits, taken at claim and released when a job is done (Python)
 
 The learner's piece reaches the real worker and queue through reliableq/lab/pieces.py, never through
 a copy of the core.
@@ -14,11 +16,12 @@ a copy of the core.
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff, fencing
+from reliableq.lab.exercises import backoff, dead, fencing, semaphore
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
 
-EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (fencing.EXERCISE, backoff.EXERCISE)}
+EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (fencing.EXERCISE, backoff.EXERCISE,
+                                                                     dead.EXERCISE, semaphore.EXERCISE)}
 
 
 def get(name: str) -> Exercise:

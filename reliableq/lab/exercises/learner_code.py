@@ -22,9 +22,9 @@ class LearnerError(Exception):
     """The learner's code could not be used; the message says where and why, in one or two lines."""
 
 
-def load_function(text: str, filename: str, name: str) -> Callable[..., Any]:
-    """The function `name` defined by the Python `text` of the learner's `filename`; a call that raises
-    raises LearnerError naming the learner's line."""
+def load_function(text: str, filename: str, name: str, kind: str = "function") -> Callable[..., Any]:
+    """The function (or class: `kind`) `name` defined by the Python `text` of the learner's `filename`; a
+    call that raises raises LearnerError naming the learner's line."""
     try:
         code = compile(text, filename, "exec")
     except SyntaxError as error:
@@ -37,16 +37,21 @@ def load_function(text: str, filename: str, name: str) -> Callable[..., Any]:
         raise LearnerError(at_learner_line(error, filename)) from None
     function = module.__dict__.get(name)
     if not callable(function):
-        raise LearnerError(f"{filename}: define a function named {name}")
+        raise LearnerError(f"{filename}: define a {kind} named {name}")
+    return guarded(function, filename)
 
-    def guarded(*args: Any) -> Any:
+
+def guarded(function: Callable[..., Any], filename: str) -> Callable[..., Any]:
+    """`function` of the learner's `filename` (a function, a class, or a method of an object it made),
+    called within the deadline; a call that raises raises LearnerError naming the learner's line."""
+    def call(*args: Any) -> Any:
         try:
             return within_deadline(function, args, filename)
         except LearnerError:
             raise
         except Exception as error:
             raise LearnerError(at_learner_line(error, filename)) from None
-    return guarded
+    return call
 
 
 CALL_DEADLINE_SECONDS = 1.0  # a policy answers in microseconds; longer is a loop that does not end
@@ -60,13 +65,17 @@ def within_deadline(function: Callable[..., Any], args: tuple, filename: str) ->
     deadline = time.monotonic() + CALL_DEADLINE_SECONDS
 
     def on_line(frame: types.FrameType, event: str, arg: object):
-        if event == "line" and time.monotonic() > deadline:
+        if event in ("line", "opcode") and time.monotonic() > deadline:
             raise LearnerError(f"{filename}, line {frame.f_lineno}: still running after {CALL_DEADLINE_SECONDS:g} s "
                                "(a loop that never ends?)")
         return on_line
 
     def on_call(frame: types.FrameType, event: str, arg: object):
-        return on_line if frame.f_code.co_filename == filename else None
+        if frame.f_code.co_filename != filename:
+            return None
+        # Opcodes too: `while True: pass` loops within one line, which raises no new line event.
+        frame.f_trace_opcodes = True
+        return on_line
 
     previous = sys.gettrace()
     sys.settrace(on_call)

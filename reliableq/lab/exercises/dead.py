@@ -1,0 +1,153 @@
+"""Exercise 08, dead: write the worker's finalize decision (succeed, retry or dead). The starter never
+gives up, which is what the stage shows with DEAD off; the reference is the shipped
+reliableq.finalize_decision.decide itself. The invariants are the stage's: a permanent failure goes DEAD
+after one attempt, a spent budget goes DEAD at exactly max_attempts, a transient or ambiguous failure is
+retried while budget remains, and a DEAD job replays to one charge."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reliableq import finalize_decision
+from reliableq.finalize_decision import DECISIONS, Decision
+from reliableq.lab.exercises.exercise import Exercise
+from reliableq.lab.exercises.learner_code import LearnerError, load_function
+from reliableq.lab.invariants import Check
+from reliableq.lab.pieces import Pieces
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
+
+FILENAME = "dead.py"
+FUNCTION = "decide"
+KINDS = ("ok", "transient", "permanent", "ambiguous")  # the handlers' classified outcomes (handlers.py)
+RETRIED_KINDS = ("transient", "ambiguous")  # may succeed on a later try (ambiguous: with the same key)
+BUDGETS = (1, 3, 5)  # max_attempts checked; each with attempts 1 to max_attempts + 1
+
+HEADER = '''"""Exercise 08, dead. Write decide: what the worker does with a job once its handler has answered.
+
+Without a DEAD state a job is retried until it succeeds, so a card the charge service rejects (422,
+a permanent failure) is retried for ever, far past its attempt budget (stage 08 shows it). Decide for
+each answer: "succeed", "retry" (later, with backoff) or "dead" (stop, keep the job for an operator
+to inspect and replay).
+
+The handler's answer, outcome_kind, is one of:
+  ok         the work is done
+  transient  not now (503, unreachable): a later try may succeed
+  permanent  never (422, card rejected): the same request gets the same answer
+  ambiguous  no complete answer: the charge may have happened; a retry with the same key is safe
+
+Check it with:  reliableq exercise check dead
+"""
+'''
+
+STARTER = HEADER + '''
+
+def decide(outcome_kind: str, attempts: int, max_attempts: int) -> str:
+    """'succeed', 'retry' or 'dead' for a job whose attempt number `attempts` (1 for the first) ended
+    with `outcome_kind`; `max_attempts` is its budget."""
+    if outcome_kind == "ok":
+        return "succeed"
+    return "retry"
+'''
+
+# The shipped decision, as the worker runs it (annotated `str` in the learner's file, which does not
+# import the core's Decision type).
+REFERENCE = HEADER + "\n\n" + inspect.getsource(finalize_decision.decide).replace("-> Decision:", "-> str:")
+
+WHY = ("The decision reads two things. The kind of failure: a permanent one (the business said no) gets the "
+       "same answer every time, so it goes DEAD at once instead of burning the budget. And the budget: any "
+       "other failure is retried while attempts < max_attempts, and the attempt numbered max_attempts is the "
+       "last one (attempts >= max_attempts: DEAD, not one attempt later). A transient or ambiguous failure "
+       "must not die early: a good job would be lost to a hiccup. DEAD keeps the job, so an operator can "
+       "replay it with the same idempotency key.")
+
+HINTS = (
+    "The starter retries every failure: a 422 is retried for ever. Which outcome can never succeed, "
+    "however often it is tried?",
+    "A permanent failure goes DEAD at once. Any other failure is retried, but only while the job has budget "
+    "left.",
+    "attempts counts from 1, and max_attempts attempts are allowed: after attempt number max_attempts "
+    "(attempts >= max_attempts) there is no budget left.",
+)
+
+
+def load(text: str) -> Pieces:
+    """The learner's decision, asked once for every case the checks ask about first: an exception or an
+    answer that is not a decision is said at once, not met later inside a worker."""
+    decision = LearnerDecision(load_function(text, FILENAME, FUNCTION))
+    for kind, attempts, max_attempts in cases():
+        decision(kind, attempts, max_attempts)
+    return Pieces(decision=decision)
+
+
+@dataclass(frozen=True)
+class LearnerDecision:
+    """The learner's decide as the worker calls it, its answer checked to be one of DECISIONS."""
+    function: Callable[..., object]
+
+    def __call__(self, outcome_kind: str, attempts: int, max_attempts: int) -> Decision:
+        answer = self.function(outcome_kind, attempts, max_attempts)
+        if answer not in DECISIONS:
+            raise LearnerError(f"{FILENAME}: decide must return \"succeed\", \"retry\" or \"dead\"; for "
+                               f"({outcome_kind!r}, {attempts}, {max_attempts}) it returned {answer!r}")
+        return answer
+
+
+def cases() -> list[tuple[str, int, int]]:
+    return [(kind, attempts, max_attempts) for max_attempts in BUDGETS for kind in KINDS
+            for attempts in range(1, max_attempts + 2)]
+
+
+def right(kind: str, attempts: int, max_attempts: int) -> Decision:
+    """What the invariants require, case by case (the checks' own statement, apart from the reference)."""
+    if kind == "ok":
+        return "succeed"
+    return "dead" if kind == "permanent" or attempts >= max_attempts else "retry"
+
+
+async def direct(pieces: Pieces, seed: int) -> list[Check]:
+    """Every kind × attempts 1 to max_attempts + 1 × a few budgets, each wrong answer under the invariant
+    it breaks (the decision is a pure function: every case is asked, nothing is sampled)."""
+    groups: dict[str, list[dict]] = {"succeed": [], "permanent": [], "retried": [], "budget": []}
+    for kind, attempts, max_attempts in cases():
+        yours, expected = pieces.decision(kind, attempts, max_attempts), right(kind, attempts, max_attempts)
+        if yours == expected:
+            continue
+        group = ("succeed" if "succeed" in (yours, expected) else "permanent" if kind == "permanent"
+                 else "retried" if expected == "retry" else "budget")
+        groups[group].append({"outcome": kind, "attempt": attempts, "max_attempts": max_attempts,
+                              "yours": yours, "right": expected})
+    return [Check("an ok outcome succeeds, and nothing else does", groups["succeed"]),
+            Check("a permanent failure goes DEAD at once, on any attempt", groups["permanent"]),
+            Check("a transient or ambiguous failure is retried while budget remains (attempt < max_attempts)",
+                  groups["retried"]),
+            Check("a transient or ambiguous failure on the last attempt (attempt >= max_attempts) goes DEAD, "
+                  "not one attempt later", groups["budget"])]
+
+
+async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
+    import stages
+    stage = stages.get("dead")
+    result = await stage.scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+    when_dead = result.measurements.get("attempts_when_dead", {})
+    wrong = []
+    for row in result.rows():
+        attempts = when_dead.get(row["job"])
+        if attempts is None:
+            wrong.append({"job": row["job"], "status": row["status"], "attempts": row["A"],
+                          "but": "never went DEAD"})
+        elif attempts != 1:
+            wrong.append({"job": row["job"], "went DEAD after": f"{attempts} attempts", "but": "its card was rejected"})
+        elif (row["status"], row["C"], row["F"]) != ("SUCCEEDED", 1, 1):
+            wrong.append({"job": row["job"], "after its replay": row["status"], "charged": row["C"],
+                          "finalized": row["F"]})
+    return Check(f"stage 08's rejected cards: each job went DEAD after 1 attempt (its budget is {stage.BUDGET}), "
+                 "and its replay succeeded with one charge", wrong,
+                 note=f"{result.measurements['dead_jobs']} of {len(result.jobs)} jobs went DEAD"), result
+
+
+EXERCISE = Exercise(name="dead", stage_number=8, filename=FILENAME,
+                    summary="decide(outcome_kind, attempts, max_attempts): succeed, retry or dead",
+                    starter=STARTER, reference=REFERENCE, why=WHY, hints=HINTS, load=load, scenario=scenario,
+                    direct=direct)
