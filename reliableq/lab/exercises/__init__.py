@@ -6,6 +6,7 @@ Layout
     checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
     workspace     the learner's files, backups and progress, outside any notebook
     fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
+    idempotency   exercise 06: the charge service's insert, one charge per idempotency key (SQL)
     backoff       exercise 07: the retry delay (Python)
 
 The learner's piece reaches the real worker and queue through reliableq/lab/pieces.py, never through
@@ -14,11 +15,12 @@ a copy of the core.
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff, fencing
+from reliableq.lab.exercises import backoff, fencing, idempotency
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
 
-EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (fencing.EXERCISE, backoff.EXERCISE)}
+EXERCISES: dict[str, Exercise] = {exercise.name: exercise
+                                  for exercise in (fencing.EXERCISE, idempotency.EXERCISE, backoff.EXERCISE)}
 
 
 def get(name: str) -> Exercise:
