@@ -1,0 +1,123 @@
+"""Exercise 06 (idempotency) graded by the real checker on real PostgreSQL, the learner's SQL in the real
+charge service: the reference and right answers spelt differently pass, the starter fails on the stage's
+double charge (C=2), and the wrong answers a learner would plausibly write fail on the invariant each
+breaks. SQL PostgreSQL refuses, or a request the service cannot answer with it, is said before any
+system runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from reliableq.lab.exercises import idempotency
+from reliableq.lab.exercises.checker import Outcome, check
+from reliableq.lab.exercises.learner_code import LearnerError
+
+ON_CONFLICT = "ON CONFLICT (idempotency_key) DO NOTHING"
+VALUES = "    VALUES (%(idempotency_key)s, %(job_id)s, %(amount_cents)s, %(currency)s, %(payload_sha256)s)\n"
+
+
+def answer(conflict: str) -> str:
+    """The reference with its ON CONFLICT clause spelt `conflict`."""
+    return idempotency.REFERENCE.replace(ON_CONFLICT, conflict)
+
+
+# Right, and spelt differently: the constraint by name; any conflict at all (the key's is the only one a
+# new charge can meet, its id being fresh).
+ON_CONSTRAINT = answer("ON CONFLICT ON CONSTRAINT charges_idempotency_key_key DO NOTHING")
+NO_TARGET = answer("ON CONFLICT DO NOTHING")
+# A repeat answered by overwriting the original with what the repeat said.
+OVERWRITES = answer("ON CONFLICT (idempotency_key) DO UPDATE SET amount_cents = EXCLUDED.amount_cents, "
+                    "payload_sha256 = EXCLUDED.payload_sha256")
+# Look the key up, insert if it is not there: right one request at a time, not when two overlap.
+CHECK_THEN_INSERT = idempotency.REFERENCE.replace(
+    VALUES + f"    {ON_CONFLICT}",
+    VALUES.replace("VALUES (", "SELECT ").replace(")\n", "\n")
+    + "    WHERE NOT EXISTS (SELECT 1 FROM charges WHERE idempotency_key = %(idempotency_key)s)")
+# The conflict clause added where the starter marks it, but the key never stored: nothing ever conflicts.
+KEY_NOT_STORED = idempotency.STARTER.replace(idempotency.MARK, ON_CONFLICT)
+
+
+def test_the_starter_and_reference_come_from_the_shipped_queries():
+    """The starter is the shipped insert without its key (NULL, as with idempotency off) and without its
+    conflict clause, marked where it goes; the variants below really differ from the reference."""
+    assert idempotency.STARTER.count(idempotency.MARK) == 1
+    assert "ON CONFLICT" not in idempotency.STARTER and "%(idempotency_key)s, %(job_id)s" not in idempotency.STARTER
+    assert ON_CONFLICT in idempotency.REFERENCE
+    assert "WHERE NOT EXISTS" in CHECK_THEN_INSERT and ON_CONFLICT not in CHECK_THEN_INSERT
+    assert len({idempotency.REFERENCE, ON_CONSTRAINT, NO_TARGET, OVERWRITES, KEY_NOT_STORED}) == 5
+
+
+async def test_the_reference_passes():
+    result = await check(idempotency.EXERCISE, idempotency.REFERENCE, seed=1, seeds=1)
+    assert result.outcome is Outcome.PASSED, result.text()
+    assert result.checked == ["stage 06's scenario (seed 1)", "direct checks", "chaos seed 1"]
+
+
+async def test_the_constraint_named_instead_of_its_column_passes_too():
+    result = await check(idempotency.EXERCISE, ON_CONSTRAINT, seed=1, seeds=1)
+    assert result.outcome is Outcome.PASSED, result.text()
+
+
+async def test_a_conflict_clause_without_a_target_passes_the_direct_checks():
+    assert [c.name for c in await idempotency.direct(idempotency.load(NO_TARGET), 1) if not c.held] == []
+
+
+async def test_the_starter_fails_with_the_stages_double_charge():
+    result = await check(idempotency.EXERCISE, idempotency.STARTER, seed=1, seeds=1)
+    assert result.outcome is Outcome.FAILED
+    assert result.lines[0].startswith("✗ Broken: stage 06's crashed worker: each job is charged once (C=1)")
+    assert "job job-1, ran 2, charged 2" in result.text()
+    assert "Replay it: reliableq exercise check idempotency --seed 1 --seeds 1" in result.text()
+
+
+async def test_a_conflict_clause_on_a_key_never_stored_still_charges_twice():
+    result = await check(idempotency.EXERCISE, KEY_NOT_STORED, seed=1, seeds=1)
+    assert result.outcome is Outcome.FAILED
+    assert "job job-1, ran 2, charged 2" in result.text()
+
+
+async def test_overwriting_the_original_fails_on_the_differing_repeat():
+    """DO UPDATE passes the stage's scenario (its repeats say the same thing); a repeat that says
+    something else shows it rewrites the charge the customer was already told of."""
+    result = await check(idempotency.EXERCISE, OVERWRITES, seed=1, seeds=1)
+    assert result.outcome is Outcome.FAILED and result.checked == ["stage 06's scenario (seed 1)"]
+    assert result.lines[0].startswith("✗ Broken: a repeat of a key with a different body changes nothing")
+    assert "original charge amount 1250 became 9999" in result.text()
+
+
+async def test_check_then_insert_fails_when_two_requests_overlap_and_says_what_happened():
+    """One request at a time (the stage's scenario) it is right; with the first request's transaction
+    held open, the second finds no charge, inserts, and the UNIQUE constraint fails it."""
+    result = await check(idempotency.EXERCISE, CHECK_THEN_INSERT, seed=1, seeds=1)
+    assert result.outcome is Outcome.FAILED and result.checked == ["stage 06's scenario (seed 1)"]
+    assert result.lines[0].startswith("✗ Broken: the same key sent twice at once")
+    assert ('request the second, sent before the first committed, answered HTTP 500, the service failed: '
+            'PostgreSQL said: duplicate key value violates unique constraint "charges_idempotency_key_key"'
+            in result.text())
+    assert "inserted one, and failed on the UNIQUE constraint" in result.text()
+
+
+@pytest.mark.parametrize("text, said", [
+    (answer("ON CONFLICT (job_id) DO NOTHING"),
+     "idempotency.sql, query charge_insert_once: there is no unique or exclusion constraint matching the "
+     "ON CONFLICT specification"),
+    (answer("ON CONFLICT (idempotency_key) DO NOTHIN"),
+     "idempotency.sql, query charge_insert_once, at `ON CONFLICT (idempotency_key) DO NOTHIN`: syntax error at "
+     "or near \"NOTHIN\""),
+    (answer(""), "idempotency.sql: a repeat of its key failed in the charge service (HTTP 500): PostgreSQL said: "
+                 "duplicate key value violates unique constraint \"charges_idempotency_key_key\""),
+    (idempotency.REFERENCE.replace("SELECT * FROM created;", "SELECT id FROM created;"),
+     "idempotency.sql: a first request failed in the charge service (HTTP 500): the row returned has no column "
+     "'job_id' (return whole rows: RETURNING *)"),
+    (idempotency._file({"charge_insert_once": "INSERT INTO charges (idempotency_key, job_id, amount_cents, currency, "
+                        "payload_sha256)\n" + VALUES + ON_CONFLICT,
+                        "charge_get_by_key": idempotency._shipped("charge_get_by_key")}),
+     "idempotency.sql, query charge_insert_once: it must return rows (end it with a SELECT, or RETURNING), and it "
+     "returns none"),
+    (idempotency.REFERENCE.replace("idempotency_key = %(idempotency_key)s", "job_id = %(job_id)s"),
+     "idempotency.sql, query charge_get_by_key: query parameter missing: job_id"),
+], ids=["wrong-column", "syntax", "no-conflict-clause", "not-whole-rows", "no-rows", "get-by-job"])
+async def test_sql_the_service_cannot_run_is_said_before_any_system_runs(text, said):
+    with pytest.raises(LearnerError) as raised:
+        await idempotency.try_queries(idempotency.load(text))
+    assert str(raised.value).startswith(said), str(raised.value)
