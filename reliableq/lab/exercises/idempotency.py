@@ -285,7 +285,6 @@ async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
 
 
 EXERCISE = Exercise(name="idempotency", stage_number=6, filename=FILENAME,
-                    summary="the charge service's insert: one charge per idempotency key, a repeat answered "
-                            "with the original (SQL)",
+                    summary="the charge service's insert: one charge per idempotency key (SQL)",
                     starter=STARTER, reference=REFERENCE, why=WHY, hints=HINTS, load=load, scenario=scenario,
                     direct=direct)
