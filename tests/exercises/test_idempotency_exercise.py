@@ -65,15 +65,15 @@ async def test_a_conflict_clause_without_a_target_passes_the_direct_checks():
 async def test_the_starter_fails_with_the_stages_double_charge():
     result = await check(idempotency.EXERCISE, idempotency.STARTER, seed=1, seeds=1)
     assert result.outcome is Outcome.FAILED
-    assert result.lines[0].startswith("✗ Broken: stage 06's crashed worker: each job is charged once (C=1)")
-    assert "job job-1, ran 2, charged 2" in result.text()
+    assert result.lines[0].startswith("✗ Broken: stage 06's crashed worker: each job succeeds, charged once (C=1)")
+    assert "job job-1, status SUCCEEDED, ran 2, charged 2" in result.text()
     assert "Replay it: reliableq exercise check idempotency --seed 1 --seeds 1" in result.text()
 
 
 async def test_a_conflict_clause_on_a_key_never_stored_still_charges_twice():
     result = await check(idempotency.EXERCISE, KEY_NOT_STORED, seed=1, seeds=1)
     assert result.outcome is Outcome.FAILED
-    assert "job job-1, ran 2, charged 2" in result.text()
+    assert "job job-1, status SUCCEEDED, ran 2, charged 2" in result.text()
 
 
 async def test_overwriting_the_original_fails_on_the_differing_repeat():
@@ -104,11 +104,14 @@ async def test_check_then_insert_fails_when_two_requests_overlap_and_says_what_h
     (answer("ON CONFLICT (idempotency_key) DO NOTHIN"),
      "idempotency.sql, query charge_insert_once, at `ON CONFLICT (idempotency_key) DO NOTHIN`: syntax error at "
      "or near \"NOTHIN\""),
-    (answer(""), "idempotency.sql: a repeat of its key failed in the charge service (HTTP 500): PostgreSQL said: "
-                 "duplicate key value violates unique constraint \"charges_idempotency_key_key\""),
+    (answer(""), "idempotency.sql: a repeat of the first request's key was not answered with a charge: HTTP 500, "
+                 "the service failed: PostgreSQL said: duplicate key value violates unique constraint "
+                 "\"charges_idempotency_key_key\""),
     (idempotency.REFERENCE.replace("SELECT * FROM created;", "SELECT id FROM created;"),
-     "idempotency.sql: a first request failed in the charge service (HTTP 500): the row returned has no column "
-     "'job_id' (return whole rows: RETURNING *)"),
+     "idempotency.sql: a first request was not answered with a charge: HTTP 500, the service failed: the row "
+     "returned has no column 'job_id' (return whole rows: RETURNING *)"),
+    (idempotency.REFERENCE.replace("WHERE idempotency_key = %(idempotency_key)s;", "ORDER BY created_at DESC LIMIT 1;"),
+     "idempotency.sql: a repeat of the first request's key was not answered with a charge: HTTP 409, charge "),
     (idempotency._file({"charge_insert_once": "INSERT INTO charges (idempotency_key, job_id, amount_cents, currency, "
                         "payload_sha256)\n" + VALUES + ON_CONFLICT,
                         "charge_get_by_key": idempotency._shipped("charge_get_by_key")}),
@@ -116,7 +119,7 @@ async def test_check_then_insert_fails_when_two_requests_overlap_and_says_what_h
      "returns none"),
     (idempotency.REFERENCE.replace("idempotency_key = %(idempotency_key)s", "job_id = %(job_id)s"),
      "idempotency.sql, query charge_get_by_key: query parameter missing: job_id"),
-], ids=["wrong-column", "syntax", "no-conflict-clause", "not-whole-rows", "no-rows", "get-by-job"])
+], ids=["wrong-column", "syntax", "no-conflict-clause", "not-whole-rows", "newest-charge", "no-rows", "get-by-job"])
 async def test_sql_the_service_cannot_run_is_said_before_any_system_runs(text, said):
     with pytest.raises(LearnerError) as raised:
         await idempotency.try_queries(idempotency.load(text))

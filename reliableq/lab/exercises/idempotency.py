@@ -118,9 +118,10 @@ def load(text: str) -> Pieces:
 
 
 async def try_queries(pieces: Pieces) -> None:
-    """Each of the learner's queries run once, then a request and its repeat through the service's own
-    code, all rolled back: SQL PostgreSQL refuses, and a request the service cannot answer with this SQL,
-    are said at once (not met as HTTP 500s, retried for ever, inside the stage's run)."""
+    """Each of the learner's queries run once, then a request, another key's and a repeat of the first
+    through the service's own code, all rolled back: SQL PostgreSQL refuses, and a request the service
+    fails or refuses with this SQL, are said at once, not met inside the stage's run (whose jobs would
+    retry a refused charge for ever)."""
     with db.scratch_databases("rq_try") as databases:
         for name in QUERIES:
             await learner_code.try_queries({name: pieces.charge_queries[name]}, FILENAME, databases.charge_url,
@@ -129,11 +130,11 @@ async def try_queries(pieces: Pieces) -> None:
         async with await psycopg.AsyncConnection.connect(databases.charge_url) as conn:
             async with conn.transaction(force_rollback=True):
                 await conn.execute("SET LOCAL statement_timeout = '5s'")
-                for which in ("a first request", "a repeat of its key"):
-                    answer = await _request(conn, queries, _charge(uuid.UUID(int=0), 1250))
-                    if answer.failure:
-                        raise LearnerError(f"{FILENAME}: {which} failed in the charge service (HTTP 500): "
-                                           f"{answer.failure}")
+                for which, job in (("a first request", 1), ("another key's request", 2),
+                                   ("a repeat of the first request's key", 1)):
+                    answer = await _request(conn, queries, _charge(uuid.UUID(int=job), 1250))
+                    if answer.failure or answer.status_code >= 300:
+                        raise LearnerError(f"{FILENAME}: {which} was not answered with a charge: {answer.said()}")
 
 
 @dataclass(frozen=True)
@@ -185,13 +186,13 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     the second arrives), a repeat whose body differs, and a plain repeat."""
     queries = charge_queries(pieces.charge_queries)
     rng = random.Random(seed)
-    jobs = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(3)]
+    jobs = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(4)]
     with db.scratch_databases("rq_exercise") as databases:
         async with await psycopg.AsyncConnection.connect(databases.charge_url, autocommit=True) as conn:
             await conn.execute("SET statement_timeout = '5s'")
             overlap = await _overlapping(databases.charge_url, conn, queries, jobs[0])
             differing = await _differing_repeat(conn, queries, jobs[1])
-            repeated = await _plain_repeat(conn, queries, jobs[2])
+            repeated = await _plain_repeat(conn, queries, jobs[2], jobs[3])
     return [Check("the same key sent twice at once (the first request not yet committed) makes one charge, and "
                   "both requests are answered with it", overlap),
             Check("a repeat of a key with a different body changes nothing: the original charge stays as it was, "
@@ -257,9 +258,11 @@ async def _differing_repeat(conn: psycopg.AsyncConnection, queries: Mapping[str,
     return violations
 
 
-async def _plain_repeat(conn: psycopg.AsyncConnection, queries: Mapping[str, str],
-                        job_id: uuid.UUID) -> list[dict[str, Any]]:
+async def _plain_repeat(conn: psycopg.AsyncConnection, queries: Mapping[str, str], job_id: uuid.UUID,
+                        other_job_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The repeat comes after another key's charge, so "the newest charge" is not the original."""
     original = await _request(conn, queries, _charge(job_id, 1250))
+    await _request(conn, queries, _charge(other_job_id, 1250))
     repeat = await _request(conn, queries, _charge(job_id, 1250))
     violations = []
     if original.failure or original.status_code != 201:
@@ -279,8 +282,10 @@ async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
     await try_queries(pieces)
     result = await stages.get("idempotency").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
-    charged = [{"job": row["job"], "ran": row["H"], "charged": row["C"]} for row in result.rows() if row["C"] != 1]
-    return Check("stage 06's crashed worker: each job is charged once (C=1), however often it ran", charged,
+    # SUCCEEDED too: a repeat answered with some other charge is refused (409), and its job ends DEAD.
+    charged = [{"job": row["job"], "status": row["status"], "ran": row["H"], "charged": row["C"]}
+               for row in result.rows() if (row["status"], row["C"]) != ("SUCCEEDED", 1)]
+    return Check("stage 06's crashed worker: each job succeeds, charged once (C=1) however often it ran", charged,
                  note=f"{result.measurements['handler_runs']} handler runs"), result
 
 
