@@ -49,6 +49,16 @@ def test_the_starter_and_reference_come_from_the_shipped_queries():
     assert len({idempotency.REFERENCE, ON_CONSTRAINT, NO_TARGET, OVERWRITES, KEY_NOT_STORED}) == 5
 
 
+def test_the_learners_queries_reach_the_charge_service_beside_earlier_exercises_pieces():
+    """Pieces carry them beside another exercise's queue queries; the service refuses a name it lacks."""
+    from reliableq.charge.service import create_charge_app
+    from reliableq.lab.exercises import fencing
+    pieces = idempotency.load(ON_CONSTRAINT).beside(fencing.load(fencing.REFERENCE))
+    assert set(pieces.charge_queries) == set(idempotency.QUERIES) and set(pieces.queue_queries) == set(fencing.QUERIES)
+    with pytest.raises(ValueError, match="no query named charge_insert in charge.sql"):
+        create_charge_app("postgresql://unused", replaced_queries={"charge_insert": "SELECT 1"})
+
+
 async def test_the_reference_passes():
     result = await check(idempotency.EXERCISE, idempotency.REFERENCE, seed=1, seeds=1)
     assert result.outcome is Outcome.PASSED, result.text()
