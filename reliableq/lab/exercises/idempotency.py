@@ -219,7 +219,12 @@ async def _overlapping(url: str, observer: psycopg.AsyncConnection, queries: Map
                 cur = await observer.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0",
                                              (second.info.backend_pid,))
                 return sent.done() or (await cur.fetchone())[0]
-            await wait_until(blocked_or_done, LOCK_WAIT_SECONDS, "the second request to finish or wait for the first")
+            try:
+                await wait_until(blocked_or_done, LOCK_WAIT_SECONDS,
+                                 "the second request to finish or wait for the first")
+            except TimeoutError:
+                sent.cancel()  # not left running on a connection about to close
+                raise
         if answer_1.failure:
             return [{"request": "the first", "answered": answer_1.said()}]
         answer_2 = await sent
