@@ -161,7 +161,7 @@ async def _request(conn: psycopg.AsyncConnection, queries: Mapping[str, str], ch
         said = "PostgreSQL said" if error.sqlstate else "psycopg said"
         return Answer(500, {}, f"{said}: {error.diag.message_primary or error}", error.sqlstate)
     except TypeError:  # the service read None: charge_get_by_key found no charge
-        return Answer(500, {}, "charge_get_by_key returned no charge for the key")
+        return Answer(500, {}, "charge_insert_once returned no row, and charge_get_by_key found no charge for the key")
     except KeyError as error:
         return Answer(500, {}, f"the row returned has no column {error} (return whole rows: RETURNING *)")
     return Answer(status_code, body)
