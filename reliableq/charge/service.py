@@ -16,6 +16,7 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -104,14 +105,27 @@ def _parse_charge(body: Any) -> dict[str, Any]:
             "description": charge.get("description")}
 
 
-def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> FastAPI:
-    """The charge service as an ASGI app over its own database at `database_url`."""
+def charge_queries(replaced_queries: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The named queries of sql/charge.sql, with `replaced_queries` run in place of the shipped text (the
+    lab's exercises plug a learner's SQL in here); their parameters are the same."""
+    unknown = set(replaced_queries or ()) - _Q.keys()
+    if unknown:
+        raise ValueError(f"no query named {', '.join(sorted(unknown))} in charge.sql")
+    return {**_Q, **(replaced_queries or {})}
+
+
+def create_charge_app(database_url: str, faults: ChargeFaults | None = None,
+                      replaced_queries: Mapping[str, str] | None = None,
+                      statement_seconds: float | None = None) -> FastAPI:
+    """The charge service as an ASGI app over its own database at `database_url`. `replaced_queries`:
+    see `charge_queries`; `statement_seconds`: the server cancels a statement that runs longer."""
     state = {"faults": faults or ChargeFaults(), "stats": ChargeStats()}
+    queries = charge_queries(replaced_queries)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await asyncio.to_thread(db.apply_schema, database_url, "charge")
-        pool = await db.open_pool_checked(database_url, max_size=20)
+        pool = await db.open_pool_checked(database_url, max_size=20, statement_seconds=statement_seconds)
         app.state.pool = pool
         try:
             yield
@@ -122,11 +136,8 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
     app.state.charge = state
 
     async def log_request(conn, charge: dict[str, Any] | None, key: str | None, outcome: str,
-                          status_code: int, charge_id: Any = None) -> None:
-        await conn.execute(_Q["charge_request_log"], {
-            "job_id": charge and charge["job_id"], "idempotency_key": key,
-            "outcome": outcome, "status_code": status_code, "charge_id": charge_id,
-        })
+                          status_code: int) -> None:
+        await _log_request(conn, queries, charge, key, outcome, status_code)
 
     def answer(status_code: int, body: dict[str, Any]) -> JSONResponse:
         return JSONResponse(body, status_code=status_code)
@@ -174,7 +185,7 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
                 if charge["amount_cents"] > faults.decline_over_cents:
                     await log_request(conn, charge, key, "declined", 422)
                     return answer(422, {"error": f"declined: amount over {faults.decline_over_cents} cents"})
-                status_code, body = await _charge_once(conn, charge, key, log_request)
+                status_code, body = await charge_once(conn, queries, charge, key)
             if fault == "lost_response":
                 # The charge is committed; the caller will never hear so (ambiguous outcome).
                 await asyncio.sleep(faults.hang_seconds)
@@ -195,13 +206,24 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None) -> 
     return app
 
 
-async def _charge_once(conn, charge: dict[str, Any], key: str | None, log_request) -> tuple[int, dict[str, Any]]:
-    """Create the charge for `key` once; a repeat returns the original or conflicts."""
+async def _log_request(conn, queries: Mapping[str, str], charge: dict[str, Any] | None, key: str | None,
+                       outcome: str, status_code: int, charge_id: Any = None) -> None:
+    await conn.execute(queries["charge_request_log"], {
+        "job_id": charge and charge["job_id"], "idempotency_key": key,
+        "outcome": outcome, "status_code": status_code, "charge_id": charge_id,
+    })
+
+
+async def charge_once(conn, queries: Mapping[str, str], charge: dict[str, Any],
+                      key: str | None) -> tuple[int, dict[str, Any]]:
+    """Create the charge for `key` once; a repeat returns the original or conflicts. The service's answer:
+    (status code, body). `conn` autocommits in the service; the lab's exercise calls this inside a
+    transaction it holds open, to force two requests with one key to overlap."""
     sha = _payload_sha256(charge)
     # Each statement commits on its own (the pool's connections autocommit): the charge and its
     # `created` log row are one statement; a repeat only reads and logs, so it needs no transaction.
     cur = conn.cursor(row_factory=dict_row)
-    await cur.execute(_Q["charge_insert_once"], {
+    await cur.execute(queries["charge_insert_once"], {
         "idempotency_key": key, "job_id": charge["job_id"], "amount_cents": charge["amount_cents"],
         "currency": charge["currency"], "payload_sha256": sha,
     })
@@ -209,12 +231,12 @@ async def _charge_once(conn, charge: dict[str, Any], key: str | None, log_reques
     if created:
         return 201, _charge_json(created, replayed=False)
     # ON CONFLICT waited for any concurrent insert of this key to commit, so the row is visible.
-    await cur.execute(_Q["charge_get_by_key"], {"idempotency_key": key})
+    await cur.execute(queries["charge_get_by_key"], {"idempotency_key": key})
     original = await cur.fetchone()
     if original["payload_sha256"] != sha:
-        await log_request(conn, charge, key, "conflict", 409, original["id"])
+        await _log_request(conn, queries, charge, key, "conflict", 409, original["id"])
         return 409, {"error": "idempotency key reused with a different payload", "charge_id": str(original["id"])}
-    await log_request(conn, charge, key, "replayed", 200, original["id"])
+    await _log_request(conn, queries, charge, key, "replayed", 200, original["id"])
     return 200, _charge_json(original, replayed=True)
 
 

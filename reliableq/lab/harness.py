@@ -210,8 +210,8 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
     `charge_faults` and `api_faults`) or as `reliableq` processes ("processes", the charge service given
     `charge_args`). `api`, `charge`: start that server at all. `worker_pool_size`: connections the
     in-process workers share (0: none). `logs`: a folder for the processes' output. `pieces`: what its
-    in-process workers run in place of the shipped queries and retry policy (worker processes run the
-    shipped ones)."""
+    in-process workers and in-process charge service run in place of the shipped queries and retry
+    policy (processes run the shipped ones)."""
     in_threads = servers == "threads"
     if not in_threads and (charge_faults is not None or api_faults is not None):
         raise ValueError("server processes take their faults as charge_args, not live fault objects")
@@ -230,7 +230,10 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         charge_url = api_url = ""
         if in_threads:
             if charge:
-                charge_url = await _serve_in_thread(stack, create_charge_app(databases.charge_url, charge_faults))
+                # As for the workers' pool below: a learner's SQL is cancelled rather than left hanging.
+                limit = LEARNER_STATEMENT_SECONDS if pieces.charge_queries else None
+                app = create_charge_app(databases.charge_url, charge_faults, pieces.charge_queries, limit)
+                charge_url = await _serve_in_thread(stack, app)
             if api:
                 api_url = await _serve_in_thread(stack, create_api_app(databases.queue_url, mechanisms, api_faults))
         else:

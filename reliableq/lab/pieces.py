@@ -1,8 +1,9 @@
-"""The pieces of the system a run may replace: named queue queries, the retry-delay policy, the
-finalize decision and the worker's permits.
+"""The pieces of the system a run may replace: named queue and charge-service queries, the retry-delay
+policy, the finalize decision and the worker's permits.
 
 Empty, a run uses the shipped ones. The exercises put a learner's code here, and the harness hands it
-to every worker it makes, so the learner's piece runs inside the real worker, queue and database. The
+to every worker it makes and to the charge service it starts in this process, so the learner's piece
+runs inside the real worker, queue, charge service and database. The
 API and the harness's own reads keep the shipped queries: they are how a run is observed, not what an
 exercise grades. What this does not do: check the pieces (reliableq/lab/exercises does).
 """
@@ -26,6 +27,7 @@ LEARNER_STATEMENT_SECONDS = 10.0
 @dataclass(frozen=True)
 class Pieces:
     queue_queries: Mapping[str, str] = field(default_factory=dict)  # name in sql/queue.sql -> its new text
+    charge_queries: Mapping[str, str] = field(default_factory=dict)  # name in sql/charge.sql -> its new text
     # The worker's retry delays, made from its settings (base, cap, seed); None: the shipped Backoff.
     retry_delays: Callable[[WorkerSettings], RetryDelays] | None = None
     decision: FinalizeDecision | None = None  # succeed, retry or dead; None: the shipped decide
@@ -34,8 +36,10 @@ class Pieces:
     def beside(self, other: Pieces) -> Pieces:
         """These pieces and `other`'s together (an exercise's and those of the stages before it); where
         both replace the same thing, these win."""
-        return Pieces({**other.queue_queries, **self.queue_queries}, self.retry_delays or other.retry_delays,
-                      self.decision or other.decision, self.permits or other.permits)
+        return Pieces(queue_queries={**other.queue_queries, **self.queue_queries},
+                      charge_queries={**other.charge_queries, **self.charge_queries},
+                      retry_delays=self.retry_delays or other.retry_delays,
+                      decision=self.decision or other.decision, permits=self.permits or other.permits)
 
 
 SHIPPED = Pieces()

@@ -4,12 +4,13 @@ that times out says why, and faults go only where the servers run."""
 from __future__ import annotations
 
 import signal
+import uuid
 
 import psycopg
 import pytest
 
 from reliableq.charge.service import ChargeFaults
-from reliableq.lab import processes
+from reliableq.lab import harness, processes
 from reliableq.lab.harness import local_system
 from reliableq.lab.pieces import LEARNER_STATEMENT_SECONDS, SHIPPED, Pieces
 from reliableq.payload import Submission
@@ -61,3 +62,14 @@ async def test_a_learners_replaced_queries_run_under_a_statement_timeout(databas
             async with system.worker_pool.connection() as conn:
                 shown = await (await conn.execute("SHOW statement_timeout")).fetchone()
         assert shown[0] == expected
+
+
+async def test_a_learners_charge_query_that_never_ends_is_cancelled(databases, monkeypatch):
+    """The charge service answers a request whose learner's insert sleeps with an error once the
+    statement timeout cancels it, instead of holding the worker's request for ever."""
+    monkeypatch.setattr(harness, "LEARNER_STATEMENT_SECONDS", 0.3)
+    learner = Pieces(charge_queries={"charge_insert_once": "SELECT pg_sleep(60)"})
+    async with local_system(databases=databases, api=False, worker_pool_size=0, pieces=learner) as system:
+        response = await system.http.post(f"{system.charge_url}/v1/charges", headers={"Idempotency-Key": "k-1"},
+                                          json={"job_id": str(uuid.uuid4()), "amount_cents": 1250, "currency": "USD"})
+    assert response.status_code >= 500

@@ -6,6 +6,7 @@ Layout
     checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
     workspace     the learner's files, backups and progress, outside any notebook
     fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
+    idempotency   exercise 06: the charge service's insert, one charge per idempotency key (SQL)
     backoff       exercise 07: the retry delay (Python)
     dead          exercise 08: the finalize decision, succeed, retry or dead (Python)
     semaphore     exercise 09: the worker's permits, taken at claim and released when a job is done (Python)
@@ -16,12 +17,14 @@ a copy of the core.
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff, dead, fencing, semaphore
+from reliableq.lab.exercises import backoff, dead, fencing, idempotency, semaphore
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
 
-EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (fencing.EXERCISE, backoff.EXERCISE,
-                                                                     dead.EXERCISE, semaphore.EXERCISE)}
+# In stage order, as `reliableq exercise list` shows them.
+EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in sorted(
+    (module.EXERCISE for module in (fencing, idempotency, backoff, dead, semaphore)),
+    key=lambda exercise: exercise.stage_number)}
 
 
 def get(name: str) -> Exercise:

@@ -8,12 +8,15 @@ runs it in the real system for that).
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import psycopg
 
 from reliableq import sql
 
@@ -111,3 +114,44 @@ def load_queries(text: str, filename: str, expected: Iterable[str]) -> dict[str,
     if empty:
         raise LearnerError(f"{filename}: the query {', '.join(empty)} is empty")
     return named
+
+
+async def try_queries(queries: Mapping[str, str], filename: str, database_url: str, params: Mapping[str, Any],
+                      returning: Iterable[str] = ()) -> None:
+    """Run each of the learner's `queries` once with `params` on the (scratch) database at `database_url`,
+    in a transaction that is rolled back: SQL PostgreSQL refuses is said with its message and the line of
+    the learner's file, and so is a query named in `returning` that returns no rows at all (the caller
+    reads its rows)."""
+    returning = set(returning)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        for name, text in queries.items():
+            try:
+                async with conn.transaction(force_rollback=True):
+                    await conn.execute("SET LOCAL statement_timeout = '5s'")
+                    cursor = await conn.execute(text, params)
+            except psycopg.Error as error:
+                raise LearnerError(f"{filename}, {_where(name, text, error)}: "
+                                   f"{error.diag.message_primary or error}") from None
+            if name in returning and cursor.description is None:
+                raise LearnerError(f"{filename}, query {name}: it must return rows (end it with a SELECT, or "
+                                   "RETURNING), and it returns none")
+
+
+def _where(name: str, text: str, error: psycopg.Error) -> str:
+    """The query, and the line PostgreSQL pointed at, quoted (comment lines are not in the query text,
+    so the line is named by its words rather than a number)."""
+    position = error.diag.statement_position
+    if not position:
+        return f"query {name}"
+    line = _as_sent(text)[:int(position) - 1].count("\n")  # the same line in both: a placeholder holds no newline
+    return f"query {name}, at `{text.splitlines()[line].strip()}`"
+
+
+def _as_sent(text: str) -> str:
+    """`text` as psycopg sends it, which is what PostgreSQL's error position counts in: each %(name)s
+    becomes $n, numbered in order of first use, and %% becomes %."""
+    numbers: dict[str, int] = {}
+
+    def sent(match: re.Match) -> str:
+        return "%" if match[0] == "%%" else f"${numbers.setdefault(match[1], len(numbers) + 1)}"
+    return re.sub(r"%%|%\((\w+)\)s", sent, text)
