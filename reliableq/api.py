@@ -2,7 +2,9 @@
 
 With commit_before_ack on (the real system), `POST /v1/jobs` answers 202 only after the insert has
 committed: an acknowledged job survives any crash that follows. With it off, the 202 goes out first
-and the insert runs after the response, so a crash in between loses an acknowledged job.
+and the insert runs after the response, so a crash in between loses an acknowledged job. Each order is
+one small function, `accept(store, acknowledge)` (a `SubmissionOrder`); the lab's exercise runs a
+learner's own in its place.
 `POST /v1/jobs/batch` does the same for up to MAX_BATCH_JOBS jobs stored by one statement: all of them
 or none. A submission names its `kind` (default `charge`); the API accepts the kinds it was given, each
 payload checked by its kind's validator. Bad input, an unknown kind included, gets a 4xx with a one-line
@@ -11,6 +13,7 @@ message and stores nothing. This module does not run jobs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -78,6 +81,29 @@ def _accepted(job_id: uuid.UUID) -> dict[str, str]:
     return {"id": str(job_id), "status": "PENDING", "idempotency_key": idempotency_key(job_id)}
 
 
+# How a submission is stored and answered: `accept(store, acknowledge)` awaits both, in its own order.
+# `store()` inserts and commits the job (or batch); `acknowledge()` hands the client its 202.
+SubmissionOrder = Callable[[Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]], Awaitable[None]]
+
+
+async def store_then_acknowledge(store: Callable[[], Awaitable[object]],
+                                 acknowledge: Callable[[], Awaitable[None]]) -> None:
+    """commit_before_ack: the 202 goes out only once the insert has committed."""
+    await store()
+    await acknowledge()
+
+
+async def acknowledge_then_store(store: Callable[[], Awaitable[object]],
+                                 acknowledge: Callable[[], Awaitable[None]]) -> None:
+    """The naive order (commit_before_ack off): the 202 first, the insert after it. The window is real."""
+    await acknowledge()
+    await store()
+
+
+def shipped_order(mechanisms: Mechanisms) -> SubmissionOrder:
+    return store_then_acknowledge if mechanisms.commit_before_ack else acknowledge_then_store
+
+
 def _parse_job_id(raw: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(raw)
@@ -87,10 +113,13 @@ def _parse_job_id(raw: str) -> uuid.UUID | None:
 
 def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultHook | None = None,
                    api_token: str | None = None, pool_size: int = 10,
-                   kinds: Mapping[str, Validator] = STANDARD_VALIDATORS) -> FastAPI:
+                   kinds: Mapping[str, Validator] = STANDARD_VALIDATORS,
+                   order: SubmissionOrder | None = None) -> FastAPI:
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
-    `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`)."""
+    `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`).
+    `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says."""
     faults = faults or FaultHook()
+    order = order or shipped_order(mechanisms)
     kinds = dict(kinds)  # as given now: registering more later must not change a running API
 
     @asynccontextmanager
@@ -136,13 +165,37 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     async def acknowledge(accepted: dict[str, Any], store: Callable[[], Awaitable[object]],
                           acknowledged: Any) -> JSONResponse:
-        """202 with `accepted`: after `store()` committed, or (commit_before_ack off) before it runs."""
-        if mechanisms.commit_before_ack:
-            await store()
-            return JSONResponse(accepted, status_code=202)
-        # The naive order: acknowledge first, store afterwards. The window is real.
-        return JSONResponse(accepted, status_code=202,
-                            background=BackgroundTask(_store_after_ack, store, acknowledged, faults))
+        """202 with `accepted` once `order` acknowledges; its store, if it comes after that, passes the
+        fault point after_ack_before_commit first. The order runs on after the 202 (its store may still
+        be to come) as the response's background task. An order that fails or ends before acknowledging
+        is answered 500, and what it stored stays stored."""
+        answered = asyncio.get_running_loop().create_future()
+
+        async def acknowledge_once() -> None:
+            if answered.done():
+                raise RuntimeError("acknowledge() called again: a request has one answer, already sent")
+            answered.set_result(None)
+
+        async def store_in_order() -> object:
+            if answered.done():
+                await faults.reach("after_ack_before_commit", acknowledged, "api")
+            return await store()
+
+        running = asyncio.create_task(order(store_in_order, acknowledge_once))
+        try:
+            await asyncio.wait({answered, running}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the request is gone (server shutdown): so is what it was doing
+            running.cancel()
+            raise
+        if answered.done():
+            return JSONResponse(accepted, status_code=202,
+                                background=BackgroundTask(_after_ack, running, acknowledged))
+        failure = asyncio.CancelledError() if running.cancelled() else running.exception()
+        if failure is None:
+            log.error("a submission's order ended without acknowledging it (answered 500)")
+            return _error(500, "the submission was not acknowledged: the API's order ended without answering")
+        log.error("a submission failed before it was acknowledged: %s: %s", type(failure).__name__, failure)
+        return _error(500, f"the submission failed before it was acknowledged: {type(failure).__name__}")
 
     @app.post("/v1/jobs", status_code=202)
     async def submit_job(request: Request) -> JSONResponse:
@@ -208,16 +261,16 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     return app
 
 
-async def _store_after_ack(store: Callable[[], Awaitable[object]], acknowledged: Any, faults: FaultHook) -> None:
-    """The naive path's insert, run after the 202 went out. `acknowledged`: the job id, or the batch's ids."""
+async def _after_ack(running: asyncio.Task, acknowledged: Any) -> None:
+    """The rest of a submission's order, after its 202 went out. `acknowledged`: the job id, or the
+    batch's ids."""
     try:
-        await faults.reach("after_ack_before_commit", acknowledged, "api")
+        await running
     except SimulatedCrash:
         if isinstance(acknowledged, uuid.UUID):
             log.warning("simulated API crash after acknowledging job %s: the job is lost", acknowledged)
         else:
             log.warning("simulated API crash after acknowledging a batch of %d jobs: all of them are lost",
                         len(acknowledged))
-        return
-    await store()
-
+    except Exception as error:  # the client has its 202; all that is left to do is to say what went wrong
+        log.error("a submission failed after it was acknowledged: %s: %s", type(error).__name__, error)

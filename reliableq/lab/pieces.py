@@ -1,11 +1,12 @@
 """The pieces of the system a run may replace: named queue and charge-service queries, the retry-delay
-policy, the finalize decision and the worker's permits.
+policy, the finalize decision, the worker's permits and the order in which the API stores and
+acknowledges a submission.
 
 Empty, a run uses the shipped ones. The exercises put a learner's code here, and the harness hands it
-to every worker it makes and to the charge service it starts in this process, so the learner's piece
-runs inside the real worker, queue, charge service and database. The
-API and the harness's own reads keep the shipped queries: they are how a run is observed, not what an
-exercise grades. What this does not do: check the pieces (reliableq/lab/exercises does).
+to every worker it makes, to the charge service it starts in this process and (the order) to its
+in-process API, so the learner's piece runs inside the real worker, API, queue, charge service and
+database. The API and the harness's own reads keep the shipped queries: they are how a run is observed,
+not what an exercise grades. What this does not do: check the pieces (reliableq/lab/exercises does).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from reliableq.api import SubmissionOrder
 from reliableq.backoff import RetryDelays
 from reliableq.config import WorkerSettings
 from reliableq.finalize_decision import FinalizeDecision
@@ -32,6 +34,7 @@ class Pieces:
     retry_delays: Callable[[WorkerSettings], RetryDelays] | None = None
     decision: FinalizeDecision | None = None  # succeed, retry or dead; None: the shipped decide
     permits: Callable[[int], ClaimPermits] | None = None  # a worker's permits from its limit; None: Permits
+    submission_order: SubmissionOrder | None = None  # the API's accept(store, acknowledge); None: the shipped one
 
     def beside(self, other: Pieces) -> Pieces:
         """These pieces and `other`'s together (an exercise's and those of the stages before it); where
@@ -39,7 +42,8 @@ class Pieces:
         return Pieces(queue_queries={**other.queue_queries, **self.queue_queries},
                       charge_queries={**other.charge_queries, **self.charge_queries},
                       retry_delays=self.retry_delays or other.retry_delays,
-                      decision=self.decision or other.decision, permits=self.permits or other.permits)
+                      decision=self.decision or other.decision, permits=self.permits or other.permits,
+                      submission_order=self.submission_order or other.submission_order)
 
 
 SHIPPED = Pieces()
