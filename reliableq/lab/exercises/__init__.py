@@ -5,25 +5,26 @@ Layout
     learner_code  loading the learner's Python or SQL, with errors at the learner's line
     checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
     workspace     the learner's files, backups and progress, outside any notebook
+    commit_before_ack  exercise 02: the order of storing a submission and acknowledging it (Python)
     fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
     idempotency   exercise 06: the charge service's insert, one charge per idempotency key (SQL)
     backoff       exercise 07: the retry delay (Python)
     dead          exercise 08: the finalize decision, succeed, retry or dead (Python)
     semaphore     exercise 09: the worker's permits, taken at claim and released when a job is done (Python)
 
-The learner's piece reaches the real worker and queue through reliableq/lab/pieces.py, never through
+The learner's piece reaches the real worker, API and queue through reliableq/lab/pieces.py, never through
 a copy of the core.
 """
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff, dead, fencing, idempotency, semaphore
+from reliableq.lab.exercises import backoff, commit_before_ack, dead, fencing, idempotency, semaphore
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
 
 # In stage order, as `reliableq exercise list` shows them.
 EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in sorted(
-    (module.EXERCISE for module in (fencing, idempotency, backoff, dead, semaphore)),
+    (module.EXERCISE for module in (commit_before_ack, fencing, idempotency, backoff, dead, semaphore)),
     key=lambda exercise: exercise.stage_number)}
 
 

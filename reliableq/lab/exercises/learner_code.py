@@ -8,12 +8,13 @@ runs it in the real system for that).
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -27,7 +28,8 @@ class LearnerError(Exception):
 
 def load_function(text: str, filename: str, name: str, kind: str = "function") -> Callable[..., Any]:
     """The function (or class: `kind`) `name` defined by the Python `text` of the learner's `filename`; a
-    call that raises raises LearnerError naming the learner's line."""
+    call that raises raises LearnerError naming the learner's line. An `async def` gives a LearnerCoroutine
+    to await."""
     try:
         code = compile(text, filename, "exec")
     except SyntaxError as error:
@@ -41,6 +43,13 @@ def load_function(text: str, filename: str, name: str, kind: str = "function") -
     function = module.__dict__.get(name)
     if not callable(function):
         raise LearnerError(f"{filename}: define a {kind} named {name}")
+    if inspect.iscoroutinefunction(function):
+        def started(*args: Any) -> LearnerCoroutine:
+            try:
+                return LearnerCoroutine(function(*args), filename)
+            except TypeError as error:  # called with arguments it does not take
+                raise LearnerError(f"{filename}: {error}") from None
+        return started
     return guarded(function, filename)
 
 
@@ -86,6 +95,34 @@ def within_deadline(function: Callable[..., Any], args: tuple, filename: str) ->
         return function(*args)
     finally:
         sys.settrace(previous)
+
+
+class LearnerCoroutine:
+    """The learner's coroutine, awaited one step at a time: each step (their code from one await to the
+    next) runs under within_deadline, and an exception raised in their code becomes a LearnerError at
+    their line. What it awaits (the lab's store and acknowledge, a sleep) takes as long as it takes;
+    whoever awaits this bounds the whole (`waiting_at` says where it last waited)."""
+
+    def __init__(self, coroutine: Coroutine, filename: str) -> None:
+        self.coroutine, self.filename = coroutine, filename
+        self.waiting_at: int | None = None  # the line of the learner's file it last waited at
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        step, value = self.coroutine.send, None
+        while True:
+            try:
+                waiting_on = within_deadline(step, (value,), self.filename)
+            except StopIteration as returned:
+                return returned.value
+            except LearnerError:
+                raise
+            except Exception as error:
+                raise LearnerError(at_learner_line(error, self.filename)) from None
+            self.waiting_at = self.coroutine.cr_frame.f_lineno
+            try:
+                step, value = self.coroutine.send, (yield waiting_on)
+            except BaseException as error:  # a cancellation (or a crash) thrown in: met at the learner's await
+                step, value = self.coroutine.throw, error
 
 
 def at_learner_line(error: BaseException, filename: str) -> str:
