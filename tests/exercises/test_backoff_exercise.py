@@ -113,14 +113,16 @@ async def test_a_later_check_runs_the_earlier_exercise_again_and_names_a_regress
 
 def test_earlier_code_is_the_learners_once_passed_and_the_reference_before(tmp_path):
     from reliableq.lab import exercises
-    from reliableq.lab.exercises import fencing, idempotency
+    from reliableq.lab.exercises import commit_before_ack, fencing, idempotency
     from reliableq.lab.exercises.workspace import Workspace
     workspace = Workspace(tmp_path)
+    ack_02 = (commit_before_ack.EXERCISE, commit_before_ack.REFERENCE)
     fencing_05, idempotency_06 = (fencing.EXERCISE, fencing.REFERENCE), (idempotency.EXERCISE, idempotency.REFERENCE)
-    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [fencing_05, idempotency_06]
+    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [ack_02, fencing_05, idempotency_06]
     path, _ = workspace.start(fencing.EXERCISE)
     path.write_text("my fencing")
-    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [fencing_05, idempotency_06]
+    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [ack_02, fencing_05, idempotency_06]
     workspace.record(fencing.EXERCISE, state="passed")
-    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, "my fencing"), idempotency_06]
-    assert exercises.earlier_code(fencing.EXERCISE, workspace) == []
+    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [ack_02, (fencing.EXERCISE, "my fencing"),
+                                                                   idempotency_06]
+    assert exercises.earlier_code(fencing.EXERCISE, workspace) == [ack_02]
