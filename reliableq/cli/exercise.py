@@ -18,8 +18,10 @@ from reliableq.lab.exercises.workspace import Workspace
 def cmd_exercise(args: argparse.Namespace) -> int:
     workspace = Workspace(Path(args.workspace))
     if args.action == "list":
+        width = max(len(exercise.name) for exercise in exercises.EXERCISES.values())
         for exercise in exercises.EXERCISES.values():
-            print(f"{exercise.stage_number:02d} {exercise.name:<12} {workspace.state(exercise):<8} {exercise.summary}")
+            print(f"{exercise.stage_number:02d} {exercise.name:<{width}} {workspace.state(exercise):<8} "
+                  f"{exercise.summary}")
         return 0
     exercise = _exercise(args.name)
     if args.action == "start":

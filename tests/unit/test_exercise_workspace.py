@@ -55,10 +55,12 @@ def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path
     assert main(["exercise", "list", *ws]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[1] for line in listed] == list(EXERCISES)  # in stage order
-    assert set(listed) >= {
-        "05 fencing      todo     the lease-token condition of renew, succeed, retry and dead (SQL)",
-        "06 idempotency  todo     the charge service's insert: one charge per idempotency key (SQL)",
-        "07 backoff      todo     retry_delay(attempt, base, cap, rng): capped exponential backoff with full jitter"}
+    assert set(listed) >= {  # names padded to the longest
+        "02 commit-before-ack todo     accept(store, acknowledge): in which order the API stores a job and answers 202",
+        "05 fencing           todo     the lease-token condition of renew, succeed, retry and dead (SQL)",
+        "06 idempotency       todo     the charge service's insert: one charge per idempotency key (SQL)",
+        "07 backoff           todo     retry_delay(attempt, base, cap, rng): capped exponential backoff with full "
+        "jitter"}
     assert main(["exercise", "start", "backoff", *ws]) == 0
     assert (tmp_path / "backoff.py").read_text() == EXERCISE.starter
     assert main(["exercise", "hint", "backoff", *ws]) == 0

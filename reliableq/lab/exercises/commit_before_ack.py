@@ -147,7 +147,6 @@ class InsertFailed(Exception):
 @dataclass
 class Trial:
     """What accept did with one submission, in the order it happened."""
-    store_fails: bool
     stores: int = 0  # store() calls that ran (an un-awaited store() never runs)
     commits: int = 0
     acknowledgements: int = 0
@@ -163,7 +162,7 @@ async def trial(order: LearnerOrder, store_fails: bool = False) -> Trial:
     sent without waiting for the commit is seen every time, not by luck. With `store_fails` the insert
     raises instead of committing. An exception in accept, or a step that never ends, raises LearnerError."""
     order = replace(order, deadline_seconds=TRIAL_DEADLINE_SECONDS, waiter="the check", errors=[])
-    facts = Trial(store_fails)
+    facts = Trial()
     released = asyncio.Event()
     store_tasks: list[asyncio.Task] = []
 
@@ -280,6 +279,6 @@ async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult | N
 
 
 EXERCISE = Exercise(name="commit-before-ack", stage_number=2, filename=FILENAME,
-                    summary="accept(store, acknowledge): store the job, then answer 202",
+                    summary="accept(store, acknowledge): in which order the API stores a job and answers 202",
                     starter=STARTER, reference=REFERENCE, why=WHY, hints=HINTS, load=load, scenario=scenario,
                     direct=direct)
