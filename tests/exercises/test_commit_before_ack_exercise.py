@@ -74,9 +74,10 @@ def test_wrong_answers_break_the_invariant_they_miss(text, invariant):
 
 
 def test_a_store_never_awaited_is_said_as_a_lost_job_not_a_runtime_warning():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a "coroutine was never awaited" warning would fail the test
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
         checks = asyncio.run(exercise.direct(exercise.load(NOT_AWAITED), seed=1))
+    assert not [warning for warning in warned if "never awaited" in str(warning.message)]
     assert checks[0].violations == [{"store()": "never ran, so the acknowledged job is lost"}]
 
 
@@ -90,7 +91,7 @@ def test_accept_that_never_acknowledges_is_said_within_the_deadline_with_the_lin
 @pytest.mark.parametrize("text, said", [
     (SIGNATURE + "    await store(\n", "commit_before_ack.py, line 5: '(' was never closed"),
     (SIGNATURE + "    await store()\n    1 / 0\n", "commit_before_ack.py, line 6: ZeroDivisionError: division by zero"),
-    (SIGNATURE + "    while True:\n        pass\n", "line 6: still running after 1 s (a loop that never ends?)"),
+    (SIGNATURE + "    while True: pass\n", "line 5: still running after 1 s (a loop that never ends?)"),
     ("def accept(store, acknowledge):\n    pass\n", "define accept with `async def`"),
     ("async def accept(store):\n    await store()\n", "accept() takes 1 positional argument but 2 were given"),
     ("async def store_then_ack(store, acknowledge):\n    pass\n", "define a function named accept"),
@@ -105,7 +106,7 @@ BROKEN_IN_THE_API = [
     (SIGNATURE + "    raise ValueError('no')\n", "failed before it was acknowledged: LearnerError"),
     (NEVER_ACKNOWLEDGED, "not acknowledged: the API's order ended without answering"),
     (WAITS_FOR_EVER, "failed before it was acknowledged: Late"),
-    (SIGNATURE + "    while True:\n        pass\n", "failed before it was acknowledged: LearnerError"),
+    (SIGNATURE + "    while True: pass\n", "failed before it was acknowledged: LearnerError"),
 ]
 
 
