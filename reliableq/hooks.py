@@ -22,7 +22,7 @@ POINTS = {
     "after_finalize_commit": "queue: a finalize committed, its answer not yet heard",
     "during_renewal": "queue: a lease renewal's update sent, its transaction not committed",
     "before_claim_update": "queue: a naive claimer between its read and its update (skip_locked off)",
-    "after_ack_before_commit": "api: a 202 sent, the insert not committed (commit_before_ack off)",
+    "after_ack_before_commit": "api: a 202 sent, the insert not committed (an order that stores after it)",
 }
 
 
