@@ -246,7 +246,9 @@ def _trial_checks(facts: Trial) -> list[Check]:
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
     """Accept run twice with a store and an acknowledge that only record: once with a store that commits
     (stored once, answered once, and the 202 after the commit), once with a store that fails (never
-    acknowledged). No database, no timing: the same answer every time, whatever the seed."""
+    acknowledged). No database, and the order is seen by construction rather than by when things happen
+    to land: the same answer every time, whatever the seed (only an accept that waits on something other
+    than its own store meets a deadline)."""
     committed = await trial(pieces.submission_order)
     failed = await trial(pieces.submission_order, store_fails=True)
     early = []
