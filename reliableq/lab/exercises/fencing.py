@@ -9,12 +9,11 @@ import re
 import uuid
 from datetime import timedelta
 
-import psycopg
-
 from reliableq import db, sql
 from reliableq.config import Mechanisms
+from reliableq.lab.exercises import learner_code
 from reliableq.lab.exercises.exercise import Exercise
-from reliableq.lab.exercises.learner_code import LearnerError, load_queries
+from reliableq.lab.exercises.learner_code import load_queries
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
@@ -94,28 +93,7 @@ def load(text: str) -> Pieces:
 
 
 async def try_queries(pieces: Pieces) -> None:
-    """Run each of the learner's queries once on a scratch database, in a transaction that is rolled
-    back: SQL PostgreSQL refuses is said with its message and the line of the learner's file."""
-    with db.scratch_databases("rq_try") as databases:
-        async with await psycopg.AsyncConnection.connect(databases.queue_url) as conn:
-            for name, text in pieces.queue_queries.items():
-                try:
-                    async with conn.transaction(force_rollback=True):
-                        await conn.execute("SET LOCAL statement_timeout = '5s'")
-                        await conn.execute(text, _TRY_PARAMS)
-                except psycopg.Error as error:
-                    raise LearnerError(f"{FILENAME}, {_where(name, text, error)}: "
-                                       f"{error.diag.message_primary or error}") from None
-
-
-def _where(name: str, text: str, error: psycopg.Error) -> str:
-    """The query, and the line PostgreSQL pointed at, quoted (comment lines are not in the query text,
-    so the line is named by its words rather than a number)."""
-    position = error.diag.statement_position
-    if not position:
-        return f"query {name}"
-    line = text[:int(position) - 1].count("\n")
-    return f"query {name}, at `{text.splitlines()[line].strip()}`"
+    await learner_code.try_queries(pieces.queue_queries, FILENAME, _TRY_PARAMS)
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:

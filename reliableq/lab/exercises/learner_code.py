@@ -12,10 +12,12 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from reliableq import sql
+import psycopg
+
+from reliableq import db, sql
 
 
 class LearnerError(Exception):
@@ -102,3 +104,29 @@ def load_queries(text: str, filename: str, expected: Iterable[str]) -> dict[str,
     if empty:
         raise LearnerError(f"{filename}: the query {', '.join(empty)} is empty")
     return named
+
+
+async def try_queries(queries: Mapping[str, str], filename: str, params: Mapping[str, Any]) -> None:
+    """Run each of the learner's `queries` once on a scratch database with dummy `params`, in a transaction
+    that is rolled back: SQL PostgreSQL refuses is said with its message and the line of the learner's
+    file, before any system runs it."""
+    with db.scratch_databases("rq_try") as databases:
+        async with await psycopg.AsyncConnection.connect(databases.queue_url) as conn:
+            for name, text in queries.items():
+                try:
+                    async with conn.transaction(force_rollback=True):
+                        await conn.execute("SET LOCAL statement_timeout = '5s'")
+                        await conn.execute(text, params)
+                except psycopg.Error as error:
+                    raise LearnerError(f"{filename}, {_where(name, text, error)}: "
+                                       f"{error.diag.message_primary or error}") from None
+
+
+def _where(name: str, text: str, error: psycopg.Error) -> str:
+    """The query, and the line PostgreSQL pointed at, quoted (comment lines are not in the query text,
+    so the line is named by its words rather than a number)."""
+    position = error.diag.statement_position
+    if not position:
+        return f"query {name}"
+    line = text[:int(position) - 1].count("\n")
+    return f"query {name}, at `{text.splitlines()[line].strip()}`"
