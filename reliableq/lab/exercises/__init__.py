@@ -6,6 +6,7 @@ Layout
     checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
     workspace     the learner's files, backups and progress, outside any notebook
     skip_locked   exercise 03: the claim's lock (SQL)
+    leases        exercise 04: the claim's lease, its expiry and the reclaim of an expired one (SQL)
     fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
     backoff       exercise 07: the retry delay (Python)
 
@@ -15,12 +16,12 @@ a copy of the core.
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff, fencing, skip_locked
+from reliableq.lab.exercises import backoff, fencing, leases, skip_locked
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
 
-EXERCISES: dict[str, Exercise] = {exercise.name: exercise
-                                  for exercise in (skip_locked.EXERCISE, fencing.EXERCISE, backoff.EXERCISE)}
+EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in (
+    skip_locked.EXERCISE, leases.EXERCISE, fencing.EXERCISE, backoff.EXERCISE)}
 
 
 def get(name: str) -> Exercise:
