@@ -8,6 +8,7 @@ runs it in the real system for that).
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import traceback
@@ -128,5 +129,15 @@ def _where(name: str, text: str, error: psycopg.Error) -> str:
     position = error.diag.statement_position
     if not position:
         return f"query {name}"
-    line = text[:int(position) - 1].count("\n")
+    line = _as_sent(text)[:int(position) - 1].count("\n")
     return f"query {name}, at `{text.splitlines()[line].strip()}`"
+
+
+def _as_sent(text: str) -> str:
+    """`text` as psycopg sends it, which is what PostgreSQL's error position counts in: each %(name)s a
+    $n, numbered by first appearance, and %% a single %. The lines are the same as the learner's."""
+    numbers: dict[str, int] = {}
+
+    def sent(match: re.Match) -> str:
+        return "%" if match[0] == "%%" else f"${numbers.setdefault(match[1], len(numbers) + 1)}"
+    return re.sub(r"%%|%\((\w+)\)s", sent, text)
