@@ -57,7 +57,9 @@ async def test_the_reference_passes_with_exercise_03_again():
 
 
 async def test_plain_now_passes_too():
-    result = await check(leases.EXERCISE, PLAIN_NOW, seed=1, seeds=1, earlier=EARLIER)
+    """Without chaos (seeds=0), to keep CI time: chaos never moves the clock through %(now)s, so there
+    plain now() is the reference's very query; the scenario and the direct checks are where it differs."""
+    result = await check(leases.EXERCISE, PLAIN_NOW, seed=1, seeds=0, earlier=EARLIER)
     assert result.outcome is Outcome.PASSED, result.text()
 
 
