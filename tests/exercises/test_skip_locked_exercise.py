@@ -47,12 +47,17 @@ async def test_a_weaker_lock_and_another_statement_shape_pass_too():
 
 
 async def test_the_starter_fails_with_each_job_claimed_twice():
-    """The stage's scenario meets the race only when both workers' claims overlap (by luck, for one
-    statement); the forced race meets it every time. Either way the verdict is the double claim, by job."""
+    """As the stage showed with skip_locked off: both workers take all four jobs."""
     result = await check(skip_locked.EXERCISE, skip_locked.STARTER, seed=1, seeds=1)
     assert result.outcome is Outcome.FAILED
-    assert result.lines[0].startswith("✗ Broken:") and "each job is claimed by one" in result.lines[0]
-    assert "job job-1, A 2" in result.text()
+    assert result.lines[:5] == ["✗ Broken: stage 03's two workers: each job is claimed by one worker (A=1) "
+                                "[claims: worker-1 4, worker-2 4]", *(f"  job job-{n}, A 2" for n in range(1, 5))]
+
+
+async def test_the_forced_race_shows_a_claim_without_a_lock_taking_a_held_job():
+    checks = await skip_locked.direct(skip_locked.load(skip_locked.STARTER), seed=1)
+    assert checks[0].violations == [{"job": f"job-{n}", "A": 2, "claimed by": "claimer-A and claimer-B"}
+                                    for n in (1, 2)]
 
 
 @pytest.mark.parametrize("wrong, invariant, said", [

@@ -3,10 +3,11 @@ a claimer skips the jobs another one holds. The starter is the shipped claim wit
 reference is the shipped claim. Both are made from sql/queue.sql, so the exercise cannot drift from the
 queue it grades.
 
-The stage's own race pauses the naive claim between its two statements; a single statement has no such
-point, so the stage's scenario with the learner's claim meets the race only by luck. The direct check
-forces it instead, as PostgreSQL's isolation tester would: claimer A's claim holds its transaction open
-while claimer B claims.
+The stage's scenario makes the two workers' claims meet (rows held locked until both have met them), so
+a claim without a lock takes every job twice there, as the naive claim did. What it cannot tell apart is
+a claim that waits for the held rows from one that skips them: the direct check forces that step by
+step, as PostgreSQL's isolation tester would: claimer A's claim holds its transaction open while
+claimer B claims.
 """
 
 from __future__ import annotations
