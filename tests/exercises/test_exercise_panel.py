@@ -19,7 +19,8 @@ async def test_checking_the_reference_passes_and_the_starter_fails_through_the_p
     result = await panel.run()
     assert result.outcome is Outcome.PASSED, result.text()
     shown = panel.output.outputs
-    assert shown[0]["text"].startswith("✓ fencing passed: stage 05's scenario (seed 1), direct checks, chaos seed 1")
+    assert shown[0]["text"].startswith("✓ fencing passed: stage 05's scenario (seed 1), direct checks, exercise ")
+    assert shown[0]["text"].endswith(", chaos seed 1.\n")  # the earlier stages' exercises again in between
     assert shown[1]["text"].startswith("Stage 05 fencing")  # the run's summary, then its table and charts
     assert len(shown) > 2
     assert panel.workspace.state(fencing.EXERCISE) == "passed" and not panel.solution_button.disabled

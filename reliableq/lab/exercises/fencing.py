@@ -93,7 +93,8 @@ def load(text: str) -> Pieces:
 
 
 async def try_queries(pieces: Pieces) -> None:
-    await learner_code.try_queries(pieces.queue_queries, FILENAME, _TRY_PARAMS)
+    """This exercise's queries only: `pieces` holds the earlier exercises' too, which take other parameters."""
+    await learner_code.try_queries({name: pieces.queue_queries[name] for name in QUERIES}, FILENAME, _TRY_PARAMS)
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:

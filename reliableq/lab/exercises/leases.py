@@ -150,7 +150,7 @@ async def _passed(queue: Queue, moment: datetime) -> bool:
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
-    await learner_code.try_queries(pieces.queue_queries, FILENAME, TRY_PARAMS)
+    await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, FILENAME, TRY_PARAMS)
     result = await stages.get("leases").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     m = result.measurements
     left = [{"job": row["job"], "status": row["status"]} for row in result.rows() if row["status"] != "SUCCEEDED"]

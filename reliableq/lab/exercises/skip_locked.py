@@ -172,7 +172,7 @@ def _checks(labels: dict[str, str], taken_by_a: list[Job], taken_by_b: list[Job]
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
-    await learner_code.try_queries(pieces.queue_queries, FILENAME, TRY_PARAMS)
+    await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, FILENAME, TRY_PARAMS)
     result = await stages.get("skip-locked").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     twice = [{"job": row["job"], "A": row["A"]} for row in result.rows() if row["A"] != 1]
     claims = ", ".join(f"{worker} {n}" for worker, n in result.measurements["claims_by_worker"].items())
