@@ -90,3 +90,7 @@ SELECT id FROM jobs WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE;
 -- name: lab_lock_waiters
 -- How many of the queue database's sessions are waiting for a lock right now.
 SELECT count(*) AS waiting FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock';
+
+-- name: lab_session_blocked
+-- Whether the session with backend pid %(pid)s is waiting for a lock another session holds.
+SELECT cardinality(pg_blocking_pids(%(pid)s)) > 0 AS blocked;

@@ -34,6 +34,7 @@ from reliableq.queue import Job, Queue
 FILENAME = "skip_locked.sql"
 QUERY = "job_claim_due_skip_locked"
 MARK = "-- ✎ skip-locked: lock the rows read here, and skip the rows another claimer holds"
+_LAB_Q = sql.queries("lab_queue")
 _LOCK = re.compile(r"^(?P<indent> *)FOR UPDATE SKIP LOCKED$", re.MULTILINE)
 
 HEADER = """-- Exercise 03, skip-locked. Make the claim take each due job for one worker only.
@@ -115,9 +116,10 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
             ids = [(await queue.submit(Submission({"amount_cents": 1000 + n, "currency": "USD"}, 5))).id
                    for n in range(4)]
             labels = job_labels(ids)
+            # B's statement timeout is a backstop, never met by a claim that skips.
             async with (await psycopg.AsyncConnection.connect(databases.queue_url) as held,
-                        await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as other):
-                await other.execute("SET statement_timeout = '10s'")  # a backstop for B, never met when right
+                        await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True,
+                                                              options="-c statement_timeout=10s") as other):
                 claimer_a = Queue(_OneConnection(held), MECHANISMS, replaced_queries=pieces.queue_queries)
                 claimer_b = Queue(_OneConnection(other), MECHANISMS, replaced_queries=pieces.queue_queries)
                 taken_by_a = await claimer_a.claim(2, "claimer-A", LEASE_SECONDS)
@@ -139,7 +141,7 @@ async def _returned_or_waiting(claim: asyncio.Task, pid: int, queue: Queue) -> b
         if claim.done():
             return "returned"
         async with queue.pool.connection() as conn:
-            blocked = (await (await conn.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", (pid,))).fetchone())[0]
+            blocked = (await (await conn.execute(_LAB_Q["lab_session_blocked"], {"pid": pid})).fetchone())[0]
         return "waiting" if blocked else None
     return await wait_until(settled, WAIT_SECONDS, "claimer B's claim to return or to wait for a lock") == "waiting"
 
