@@ -124,7 +124,11 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
                 claimer_b = Queue(_OneConnection(other), MECHANISMS, replaced_queries=pieces.queue_queries)
                 taken_by_a = await claimer_a.claim(2, "claimer-A", LEASE_SECONDS)
                 b_claim = asyncio.create_task(claimer_b.claim(2, "claimer-B", LEASE_SECONDS))
-                waited = await _returned_or_waiting(b_claim, other.info.backend_pid, queue)
+                try:
+                    waited = await _returned_or_waiting(b_claim, other.info.backend_pid, queue)
+                except TimeoutError:
+                    b_claim.cancel()  # neither done nor waiting for a lock: a statement far too slow
+                    raise
                 await held.commit()
                 try:
                     taken_by_b, b_failed = await asyncio.wait_for(b_claim, WAIT_SECONDS * 3), None
