@@ -116,10 +116,14 @@ def test_earlier_code_is_the_learners_once_passed_and_the_reference_before(tmp_p
     from reliableq.lab.exercises import fencing
     from reliableq.lab.exercises.workspace import Workspace
     workspace = Workspace(tmp_path)
-    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, fencing.REFERENCE)]
+
+    def earlier(exercise):
+        return {before.name: code for before, code in exercises.earlier_code(exercise, workspace)}
+    assert earlier(backoff.EXERCISE)["fencing"] == fencing.REFERENCE
     path, _ = workspace.start(fencing.EXERCISE)
     path.write_text("my fencing")
-    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, fencing.REFERENCE)]
+    assert earlier(backoff.EXERCISE)["fencing"] == fencing.REFERENCE
     workspace.record(fencing.EXERCISE, state="passed")
-    assert exercises.earlier_code(backoff.EXERCISE, workspace) == [(fencing.EXERCISE, "my fencing")]
-    assert exercises.earlier_code(fencing.EXERCISE, workspace) == []
+    assert earlier(backoff.EXERCISE)["fencing"] == "my fencing"
+    assert all(before.stage_number < fencing.EXERCISE.stage_number
+               for before, _ in exercises.earlier_code(fencing.EXERCISE, workspace))
