@@ -9,7 +9,7 @@ import pytest
 
 from reliableq.lab.exercises import skip_locked
 from reliableq.lab.exercises.checker import Outcome, check
-from reliableq.lab.exercises.learner_code import LearnerError, try_queries
+from reliableq.lab.exercises.learner_code import LearnerError
 
 LOCK = "FOR UPDATE SKIP LOCKED"
 # Right, and spelt differently: a weaker row lock (still exclusive between claimers), and the UPDATE
@@ -75,6 +75,6 @@ async def test_plausible_wrong_answers_fail_on_the_forced_race(wrong, invariant,
 async def test_sql_postgresql_refuses_is_said_with_its_message_and_line():
     broken = skip_locked.REFERENCE.replace(LOCK, "FOR UPDATE SKIP")
     with pytest.raises(LearnerError) as raised:
-        await try_queries(skip_locked.load(broken).queue_queries, skip_locked.FILENAME, skip_locked.TRY_PARAMS)
+        await skip_locked.try_claim(skip_locked.load(broken), skip_locked.FILENAME)
     assert str(raised.value) == ("skip_locked.sql, query job_claim_due_skip_locked, at `), expired AS (`: "
                                  "syntax error at or near \")\"")

@@ -12,10 +12,9 @@ from datetime import datetime, timedelta
 
 from reliableq import db
 from reliableq.config import Mechanisms
-from reliableq.lab.exercises import learner_code
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError, load_queries
-from reliableq.lab.exercises.skip_locked import QUERY, TRY_PARAMS, claim_file, shipped
+from reliableq.lab.exercises.skip_locked import QUERY, claim_file, shipped, try_claim
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult, job_labels
@@ -150,7 +149,7 @@ async def _passed(queue: Queue, moment: datetime) -> bool:
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
-    await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, FILENAME, TRY_PARAMS)
+    await try_claim(pieces, FILENAME)
     result = await stages.get("leases").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     m = result.measurements
     left = [{"job": row["job"], "status": row["status"]} for row in result.rows() if row["status"] != "SUCCEEDED"]

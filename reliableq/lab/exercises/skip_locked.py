@@ -176,9 +176,15 @@ def _checks(labels: dict[str, str], taken_by_a: list[Job], taken_by_b: list[Job]
                   "fails", waits)]
 
 
+async def try_claim(pieces: Pieces, filename: str) -> None:
+    """The learner's claim run once, rolled back: SQL PostgreSQL refuses is said at once, at its line (only
+    the claim: `pieces` may hold other exercises' queries, which take other parameters)."""
+    await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, filename, TRY_PARAMS)
+
+
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import stages
-    await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, FILENAME, TRY_PARAMS)
+    await try_claim(pieces, FILENAME)
     result = await stages.get("skip-locked").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     twice = [{"job": row["job"], "A": row["A"]} for row in result.rows() if row["A"] != 1]
     claims = ", ".join(f"{worker} {n}" for worker, n in result.measurements["claims_by_worker"].items())
