@@ -81,3 +81,16 @@ SELECT pid, state, wait_event_type, wait_event, left(query, 80) AS query,
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'
 ORDER BY state_change LIMIT 10;
+
+-- name: lab_hold_jobs
+-- Lock the given jobs' rows as a claim's transaction would (until the transaction that ran this ends), so
+-- that a scenario can make claims meet them at a moment of its choosing.
+SELECT id FROM jobs WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE;
+
+-- name: lab_lock_waiters
+-- How many of the queue database's sessions are waiting for a lock right now.
+SELECT count(*) AS waiting FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock';
+
+-- name: lab_session_blocked
+-- Whether the session with backend pid %(pid)s is waiting for a lock another session holds.
+SELECT cardinality(pg_blocking_pids(%(pid)s)) > 0 AS blocked;

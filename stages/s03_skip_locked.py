@@ -46,23 +46,36 @@ def mechanisms(on: bool) -> Mechanisms:
 
 
 async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
-    """Two real workers over one queue; the naive claim is held open between its read and its update."""
+    """Two real workers over one queue, their claims made to meet: the naive claim is held open between
+    its read and its update; the one-statement claim meets rows held locked as a third claim would."""
     async with experiment(NAME, MECHANISM, on, params) as run:
         ids = await run.submit()
         both_read = asyncio.Event()
         faults = run.faults()
         faults.arm_pause("before_claim_update", until=both_read, times=2)
         workers = [run.worker(f"worker-{n}", faults) for n in (1, 2)]
-        for worker in workers:
-            run.system.start_worker(worker)
 
         async def both_paused() -> bool:
             return sum(t.action == "pause" for t in faults.triggered) == 2
 
+        async def both_met_the_held_jobs() -> bool:
+            returned = sum(worker.stats.claim_calls > 0 for worker in workers)
+            return returned + await run.lock_waiters() >= 2
+
         if not run.mechanisms.skip_locked:
+            for worker in workers:
+                run.system.start_worker(worker)
             # Pin the race open: both have read the due jobs, neither has updated them yet.
-            # The SKIP LOCKED claim never passes this point, so there is nothing to wait for.
             await run.wait_for(both_paused, "both workers to read the due jobs")
+        else:
+            # One statement has no point between its read and its update to pause at. Make the two
+            # claims meet instead: the jobs' rows are held locked, as a third claim would hold them, from
+            # before the workers start until both claims have met them (skipped every one, or wait for
+            # one), so the two claims run at the same moment every time.
+            async with run.jobs_held(ids):
+                for worker in workers:
+                    run.system.start_worker(worker)
+                await run.wait_for(both_met_the_held_jobs, "both workers' claims to meet the held jobs")
         both_read.set()
         await run.wait_settled(ids)
         result = await run.result()

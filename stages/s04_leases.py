@@ -15,6 +15,7 @@ import asyncio
 
 from reliableq.config import Mechanisms
 from reliableq.lab.experiment import Prediction, arm_crash_all, experiment, stage_mechanisms
+from reliableq.lab.harness import SETTLED_STATUSES
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 NAME = "leases"
@@ -59,15 +60,20 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
         crashed_at = await system.queue.database_now()
         second = run.worker("worker-2")
         system.start_worker(second)
-        if run.mechanisms.leases:
-            await run.wait_settled(ids)
-        else:
-            # Nothing will change however long we wait; wait a few lease lengths by the
-            # database's clock (the clock leases are measured by) to show it.
-            async def leases_passed() -> bool:
-                waited = (await system.queue.database_now() - crashed_at).total_seconds()
-                return waited >= WAIT_LEASES * params.lease_seconds
-            await run.wait_for(leases_passed, f"{WAIT_LEASES} leases to pass", 10 + WAIT_LEASES * params.lease_seconds)
+
+        async def settled_or_stranded() -> bool:
+            # Until every job is finished, or nothing is left to wait for: WAIT_LEASES lease lengths have
+            # passed by the database's clock (the clock leases are measured by) and no job is held under a
+            # live lease. Without leases (or with a claim that never reclaims) nothing changes however
+            # long we wait; this waits long enough to show it.
+            jobs = [await system.queue.get(job_id) for job_id in ids]
+            if all(job.status in SETTLED_STATUSES for job in jobs):
+                return True
+            now = await system.queue.database_now()
+            held = any(job.lease_expires_at is not None and job.lease_expires_at > now for job in jobs)
+            return not held and (now - crashed_at).total_seconds() >= WAIT_LEASES * params.lease_seconds
+        await run.wait_for(settled_or_stranded, f"every job to finish, or {WAIT_LEASES} leases to pass",
+                           20 + WAIT_LEASES * params.lease_seconds)
         jobs = [await system.queue.get(job_id) for job_id in ids]
         waited = (await system.queue.database_now() - crashed_at).total_seconds()
         finished = [job.finalized_at for job in jobs if job.finalized_at]

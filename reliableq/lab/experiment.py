@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import psycopg
+
+from reliableq import sql
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
 from reliableq.lab import timeline
@@ -28,6 +31,7 @@ from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult, job_lab
 from reliableq.payload import Submission
 from reliableq.worker import Worker
 
+_LAB_Q = sql.queries("lab_queue")
 _JOB_NAMESPACE = uuid.UUID("5b0c6a52-53f4-4e0b-9a4b-6f1d1f6c2a10")
 
 
@@ -153,6 +157,20 @@ class Experiment:
 
     async def wait_for(self, condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 20.0) -> None:
         await self.system.wait_until(condition, timeout, what)
+
+    @asynccontextmanager
+    async def jobs_held(self, ids: Sequence[uuid.UUID]) -> AsyncIterator[None]:
+        """The jobs' rows locked by a session of the experiment's own, as another claim would hold them,
+        until the block ends."""
+        async with await psycopg.AsyncConnection.connect(self.system.databases.queue_url) as conn:
+            async with conn.transaction(force_rollback=True):
+                await conn.execute(_LAB_Q["lab_hold_jobs"], {"ids": list(ids)})
+                yield
+
+    async def lock_waiters(self) -> int:
+        """How many sessions of the queue's database wait for a lock now."""
+        async with self.system.queue.pool.connection() as conn:
+            return (await (await conn.execute(_LAB_Q["lab_lock_waiters"])).fetchone())[0]
 
     async def wait_settled(self, ids: Sequence[uuid.UUID], timeout: float = 20.0) -> None:
         """Until every job in `ids` is SUCCEEDED or DEAD (a stage's runs are short: 20 s is plenty)."""

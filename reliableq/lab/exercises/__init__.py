@@ -6,6 +6,8 @@ Layout
     checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
     workspace     the learner's files, backups and progress, outside any notebook
     commit_before_ack  exercise 02: the order of storing a submission and acknowledging it (Python)
+    skip_locked   exercise 03: the claim's lock (SQL)
+    leases        exercise 04: the claim's lease, its expiry and the reclaim of an expired one (SQL)
     fencing       exercise 05: the lease-token condition of the four owner updates (SQL)
     idempotency   exercise 06: the charge service's insert, one charge per idempotency key (SQL)
     backoff       exercise 07: the retry delay (Python)
@@ -18,13 +20,23 @@ a copy of the core.
 
 from __future__ import annotations
 
-from reliableq.lab.exercises import backoff, commit_before_ack, dead, fencing, idempotency, semaphore
+from reliableq.lab.exercises import (
+    backoff,
+    commit_before_ack,
+    dead,
+    fencing,
+    idempotency,
+    leases,
+    semaphore,
+    skip_locked,
+)
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
 
 # In stage order, as `reliableq exercise list` shows them.
 EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in sorted(
-    (module.EXERCISE for module in (commit_before_ack, fencing, idempotency, backoff, dead, semaphore)),
+    (module.EXERCISE for module in (commit_before_ack, skip_locked, leases, fencing, idempotency, backoff, dead,
+                                    semaphore)),
     key=lambda exercise: exercise.stage_number)}
 
 

@@ -67,7 +67,9 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
     replay = f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
     try:
         pieces = exercise.load(text)
-        for before, code in earlier:
+        # Latest stage first: where two exercises replace the same query (03 and 04 both write the claim),
+        # the later stage's version is the one that runs.
+        for before, code in reversed(earlier):
             pieces = pieces.beside(before.load(code))
         if not await _stage_held(result, exercise, pieces, seed, replay):
             return _done(result, began)

@@ -93,9 +93,11 @@ def load(text: str) -> Pieces:
 
 
 async def try_queries(pieces: Pieces) -> None:
-    """Each of the learner's queries run once, rolled back: SQL PostgreSQL refuses is said at once."""
+    """This exercise's queries only, each run once, rolled back: SQL PostgreSQL refuses is said at once.
+    `pieces` holds the earlier exercises' too, which take other parameters."""
     with db.scratch_databases("rq_try") as databases:
-        await learner_code.try_queries(pieces.queue_queries, FILENAME, databases.queue_url, _TRY_PARAMS)
+        await learner_code.try_queries({name: pieces.queue_queries[name] for name in QUERIES}, FILENAME,
+                                       databases.queue_url, _TRY_PARAMS)
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
