@@ -161,3 +161,14 @@ async def test_a_mistake_met_only_inside_the_api_is_said_at_the_learners_line():
     result = await check(exercise.EXERCISE, text, seed=1, seeds=1)
     assert result.outcome is Outcome.FAILED
     assert result.lines == ["✗ Your code could not be used: commit_before_ack.py, line 8: ValueError: only once"]
+
+
+async def test_a_mistake_met_only_under_chaos_is_said_at_the_learners_line():
+    """This accept holds through the trial, the stage and the direct checks, and raises once chaos has
+    sent more submissions: the chaos run stops at the refused one, and the check names the line."""
+    text = ("calls = 0\n\n\nasync def accept(store, acknowledge):\n    global calls\n    calls += 1\n"
+            "    if calls > 30:\n        raise ValueError('too many')\n    await store()\n    await acknowledge()\n")
+    result = await check(exercise.EXERCISE, text, seed=1, seeds=1)
+    assert result.outcome is Outcome.FAILED
+    assert result.checked == ["stage 02's scenario (seed 1)", "direct checks"]
+    assert result.lines == ["✗ Your code could not be used: commit_before_ack.py, line 8: ValueError: too many"]

@@ -64,7 +64,7 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
     one everywhere, and each one's own scenario and direct checks run again, so a regression is named."""
     began = time.monotonic()
     result = CheckResult(exercise.name, Outcome.FAILED)
-    replay = f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
+    replay = _replay(exercise, seed)
     try:
         pieces = exercise.load(text)
         # Latest stage first: where two exercises replace the same query (03 and 04 both write the claim),
@@ -78,7 +78,15 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
                 return _done(result, began)
         for chaos_seed in range(seed, seed + seeds):
             config = replace(CHAOS, seed=chaos_seed, pieces=pieces)
-            report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
+            try:
+                report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
+            except RuntimeError as error:  # the run could not go on: the API refused a submission (500)
+                # A learner's accept that raised inside the API recorded where: say that line instead.
+                for learner_error in getattr(pieces.submission_order, "errors", ()):
+                    raise learner_error from None
+                result.lines += [f"✗ Broken under chaos (seed {chaos_seed}): {str(error).splitlines()[0]}",
+                                 f"  Replay it: {_replay(exercise, chaos_seed)}"]
+                return _done(result, began)
             if not report.ok:
                 result.lines += _chaos_failure(exercise, report)
                 return _done(result, began)
@@ -140,6 +148,11 @@ def _said(row: dict) -> str:
     return ", ".join(f"{key} {value}" for key, value in row.items())
 
 
+def _replay(exercise: Exercise, seed: int) -> str:
+    """The one command that runs exactly this run again."""
+    return f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
+
+
 def _chaos_failure(exercise: Exercise, report: ChaosReport) -> list[str]:
     seed = report.config.seed
     broken = [check for check in report.checks if not check.held]
@@ -148,7 +161,7 @@ def _chaos_failure(exercise: Exercise, report: ChaosReport) -> list[str]:
     if history:
         lines.append(f"  Shortest history that broke it ({report.label(history[0].job_id)}):")
         lines += [f"    {e.seconds:7.3f}s  {e.worker:<14} {e.kind:<14} {e.detail}" for e in history]
-    lines.append(f"  Replay it: reliableq exercise check {exercise.name} --seed {seed} --seeds 1")
+    lines.append(f"  Replay it: {_replay(exercise, seed)}")
     return lines
 
 
