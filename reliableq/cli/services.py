@@ -26,7 +26,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 log = logging.getLogger("reliableq.cli")
 
 
-def _serve(app, host: str, port: int, banner: str) -> int:
+def _serve(app, name: str, host: str, port: int, detail: str = "") -> int:
     """Bind first, then announce, then serve: a busy port is a one-line error, not a false banner.
     log_config=None: uvicorn's own loggers then go through ours (one format, JSON too), at WARNING."""
     import uvicorn
@@ -36,7 +36,7 @@ def _serve(app, host: str, port: int, banner: str) -> int:
         listener = bind_listener(host, port)
     except OSError as error:
         raise UsageError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port") from None
-    log.info("%s", banner)
+    log.info("%s listening on http://%s:%d%s", name, host, port, detail)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None)).run(sockets=[listener])
     return 0
 
@@ -49,8 +49,9 @@ def cmd_api(args: argparse.Namespace) -> int:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
     databases = db.resolve()
     db.migrate(databases)
-    return _serve(create_api_app(databases.queue_url, mechanisms_from(args), api_token=token), args.host, args.port,
-                  f"API listening on http://{args.host}:{args.port} ({mechanisms_from(args).describe()})")
+    mechanisms = mechanisms_from(args)
+    return _serve(create_api_app(databases.queue_url, mechanisms, api_token=token), "API", args.host, args.port,
+                  f" ({mechanisms.describe()})")
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
@@ -60,8 +61,7 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
                           lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed)
     databases = db.resolve()
     db.migrate(databases)
-    return _serve(create_charge_app(databases.charge_url, faults), args.host, args.port,
-                  f"charge service listening on http://{args.host}:{args.port}")
+    return _serve(create_charge_app(databases.charge_url, faults), "charge service", args.host, args.port)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
