@@ -12,6 +12,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from reliableq.cli.logs import ConnectionErrorSummary, JsonFormatter, level_for
+from reliableq.cli.main import build_parser
 from reliableq.lab.processes import free_port
 from reliableq.lab.waiting import wait_until
 
@@ -38,6 +39,19 @@ def test_long_running_commands_log_info_and_the_others_only_errors():
     assert [level_for(c, None, False) for c in ("submit", "jobs", "stage", "chaos")] == [logging.ERROR] * 4
     assert level_for("submit", "WARNING", False) == logging.WARNING
     assert level_for("worker", "ERROR", True) == logging.DEBUG
+
+
+def test_logging_options_are_taken_before_or_after_the_command():
+    """`reliableq --log-level warning worker` keeps WARNING (the command's copy sets nothing unless given)."""
+    def parsed(argv: str) -> tuple:
+        args = build_parser().parse_args(argv.split())
+        return args.log_level, args.log_format
+    assert parsed("jobs") == (None, "text")
+    assert parsed("--log-level warning --log-format json worker") == ("WARNING", "json")
+    assert parsed("worker --log-level debug --log-format json") == ("DEBUG", "json")
+    assert parsed("--log-format json api --log-level error") == ("ERROR", "json")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "--log-format", "xml"])
 
 
 def test_json_line_has_the_fields_present():
