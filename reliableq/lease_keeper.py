@@ -83,12 +83,14 @@ class LeaseKeeper:
             except (psycopg.Error, PoolTimeout) as error:
                 reraise_if_cancelled()
                 # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
-                log.warning("worker %s could not renew job %s: %s", self.job.worker_id, self.job.id, error)
+                log.warning("worker %s could not renew job %s: %s", self.job.worker_id, self.job.id, error,
+                            extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
                 continue
             if not won:
                 if not self._finalizing:
                     self.on_lost()
-                    log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id)
+                    log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id,
+                                extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
                 return
 
 

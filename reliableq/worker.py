@@ -62,6 +62,10 @@ class WorkerStats:
     success_commits: int = 0  # commits of grouped successes (several jobs each under load)
     finalize_seconds_total: float = 0.0
 
+    def summary(self) -> str:
+        return (f"claimed {self.claimed}, succeeded {self.succeeded}, retried {self.retried}, dead {self.dead}, "
+                f"lost finalizes {self.lost_finalizes}, abandoned to lease expiry {self.abandoned}")
+
 
 class Worker:
     def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
@@ -94,6 +98,9 @@ class Worker:
 
     def request_stop(self) -> None:
         """Begin a graceful shutdown: claim nothing more; `run` returns once in-flight work settles."""
+        if not self._stopping.is_set():
+            log.info("worker %s stopping: claiming nothing more, in-flight jobs have %g s to finish",
+                     self.worker_id, self.settings.shutdown_grace_seconds, extra={"worker_id": self.worker_id})
         self._stopping.set()
         self._wake.set()
 
@@ -110,7 +117,8 @@ class Worker:
 
     async def run(self) -> WorkerStats:
         """Claim and handle jobs until stopped or crashed; returns what this worker did."""
-        log.info("worker %s started (%s)", self.worker_id, self.mechanisms.describe())
+        log.info("worker %s started (%s)", self.worker_id, self.mechanisms.describe(),
+                 extra={"worker_id": self.worker_id})
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
@@ -128,6 +136,8 @@ class Worker:
             await self._drain()
         except SimulatedCrash as crash:
             self._die(crash)
+            return self.stats
+        log.info("worker %s stopped: %s", self.worker_id, self.stats.summary(), extra={"worker_id": self.worker_id})
         return self.stats
 
     async def _claim(self) -> list[Job]:
@@ -141,7 +151,7 @@ class Worker:
         except (psycopg.Error, PoolTimeout) as error:
             reraise_if_cancelled()
             # The database is briefly unreachable or saturated: nothing was claimed; try again next tick.
-            log.warning("worker %s could not claim: %s", self.worker_id, error)
+            log.warning("worker %s could not claim: %s", self.worker_id, error, extra={"worker_id": self.worker_id})
             return []
         finally:
             self.stats.claim_calls += 1
@@ -149,6 +159,8 @@ class Worker:
 
     def _start(self, job: Job) -> None:
         self.stats.claimed += 1
+        log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
+                  extra={"worker_id": self.worker_id, "job_id": job.id})
         task = asyncio.create_task(self._handle(job), name=f"job-{job.id}")
         self._handlers.add(task)
         self.stats.in_flight_peak = max(self.stats.in_flight_peak, self.in_flight)
@@ -170,7 +182,8 @@ class Worker:
         """Stop as a killed process would: no finalize, no lease release, nothing more claimed."""
         if self.stats.crashed_at is None:
             self.stats.crashed_at = crash.point
-            log.warning("worker %s crashed (simulated) at %s", self.worker_id, crash.point)
+            log.warning("worker %s crashed (simulated) at %s", self.worker_id, crash.point,
+                        extra={"worker_id": self.worker_id})
         self._stopping.set()
         self._wake.set()
         self.successes.abandon()
@@ -230,10 +243,12 @@ class Worker:
         if won:
             counter = _COUNTER_OF_OPERATION[operation]
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+            log.debug("worker %s finished job %s: %s", self.worker_id, job.id, operation,
+                      extra={"worker_id": self.worker_id, "job_id": job.id})
         else:
             self.stats.lost_finalizes += 1
             log.warning("worker %s: finalize (%s) of job %s refused: its lease was lost",
-                        self.worker_id, operation, job.id)
+                        self.worker_id, operation, job.id, extra={"worker_id": self.worker_id, "job_id": job.id})
 
     async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
         """(operation, won). A database hiccup must not strand the job until its lease expires (or turn a
@@ -253,7 +268,8 @@ class Worker:
                 tries += 1
                 if tries == FINALIZE_TRIES:
                     raise
-                log.warning("worker %s could not finalize job %s: %s", self.worker_id, job.id, error)
+                log.warning("worker %s could not finalize job %s: %s", self.worker_id, job.id, error,
+                            extra={"worker_id": self.worker_id, "job_id": job.id})
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
     async def _finalize_as_classified(self, job: Job, outcome: Outcome) -> tuple[str, bool]:

@@ -2,6 +2,7 @@
 
     main        the parser and main(): one line for people on an error, the traceback with --debug
     arguments   what the families share: argument types, the --off switch, UsageError, running a coroutine
+    logs        the level each command logs at, text or JSON lines, the driver's reconnect noise summarised
     database    db, migrate
     services    api, charge-service, worker
     operators   submit, jobs, replay

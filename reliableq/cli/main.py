@@ -6,7 +6,6 @@ traceback only with --debug."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -30,6 +29,7 @@ from reliableq.cli.bench import cmd_bench
 from reliableq.cli.database import cmd_db, cmd_migrate
 from reliableq.cli.exercise import cmd_exercise
 from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
+from reliableq.cli.logs import FORMATS, LEVELS, configure, level_for
 from reliableq.cli.operators import cmd_jobs, cmd_replay, cmd_submit
 from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 from reliableq.config import DEFAULT_REPLAY_BUDGET, WorkerSettings
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reliableq",
                                      description="ReliableQ: a PostgreSQL job queue and its failure lab.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    add_logging_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("db", help="start or show the database (the embedded PostgreSQL unless DATABASE_URL is set)")
@@ -169,14 +170,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(run=cmd_bench)
+    parser.set_defaults(log_level=None, log_format="text")
+    for command in sub.choices.values():
+        add_logging_options(command)
     return parser
+
+
+def add_logging_options(parser: argparse.ArgumentParser) -> None:
+    """Accepted before or after the command name (`reliableq worker --log-format json`). SUPPRESS: an
+    option not given sets nothing, so the command's copy never overwrites one given before the command;
+    the defaults are the main parser's."""
+    parser.add_argument("--log-level", type=str.upper, choices=LEVELS, default=argparse.SUPPRESS,
+                        help="log this level and above (default: INFO for api, worker and charge-service, "
+                             "ERROR for the other commands; --debug means DEBUG)")
+    parser.add_argument("--log-format", choices=FORMATS, default=argparse.SUPPRESS,
+                        help="text (default) or json: one JSON object per line, for log collectors")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.ERROR,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(level_for(args.command, args.log_level, args.debug), args.log_format)
     try:
         return args.run(args)
     except (UsageError, InvalidSubmission) as error:

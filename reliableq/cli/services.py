@@ -1,15 +1,17 @@
 """`reliableq api`, `reliableq charge-service` and `reliableq worker`: the parts, run as processes.
 
 Every server binds 127.0.0.1 unless told otherwise, and the API refuses to bind elsewhere without a
-bearer token. A worker prints one line when it runs and one when it stops, for people; with
-`--status-file` it also keeps a JSON file for programs (its state, then its stats), so that a supervisor
-or the benchmark never parses what is printed for people."""
+bearer token. Each logs its lifecycle at INFO (reliableq/cli/logs.py): a server once listening, a worker
+when it starts, stops claiming and stops (with its stats). With `--status-file` a worker also keeps a
+JSON file for programs (its state, then its stats), so that a supervisor or the benchmark never parses
+what is logged for people."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import time
@@ -21,10 +23,12 @@ from reliableq.config import WorkerSettings
 from reliableq.lab.faults import FaultPlan
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+log = logging.getLogger("reliableq.cli")
 
 
-def _serve(app, host: str, port: int, banner: str) -> int:
-    """Bind first, then announce, then serve: a busy port is a one-line error, not a false banner."""
+def _serve(app, name: str, host: str, port: int, detail: str = "") -> int:
+    """Bind first, then announce, then serve: a busy port is a one-line error, not a false banner.
+    log_config=None: uvicorn's own loggers then go through ours (one format, JSON too), at WARNING."""
     import uvicorn
 
     from reliableq.servers import bind_listener
@@ -32,8 +36,8 @@ def _serve(app, host: str, port: int, banner: str) -> int:
         listener = bind_listener(host, port)
     except OSError as error:
         raise UsageError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port") from None
-    print(banner, flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+    log.info("%s listening on http://%s:%d%s", name, host, port, detail)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None)).run(sockets=[listener])
     return 0
 
 
@@ -45,8 +49,9 @@ def cmd_api(args: argparse.Namespace) -> int:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
     databases = db.resolve()
     db.migrate(databases)
-    return _serve(create_api_app(databases.queue_url, mechanisms_from(args), api_token=token), args.host, args.port,
-                  f"API on http://{args.host}:{args.port} ({mechanisms_from(args).describe()})")
+    mechanisms = mechanisms_from(args)
+    return _serve(create_api_app(databases.queue_url, mechanisms, api_token=token), "API", args.host, args.port,
+                  f" ({mechanisms.describe()})")
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
@@ -56,8 +61,7 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
                           lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed)
     databases = db.resolve()
     db.migrate(databases)
-    return _serve(create_charge_app(databases.charge_url, faults), args.host, args.port,
-                  f"charge service on http://{args.host}:{args.port}")
+    return _serve(create_charge_app(databases.charge_url, faults), "charge service", args.host, args.port)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -89,7 +93,6 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)
     _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "running"})
-    print(f"worker {worker.worker_id} running ({mechanisms.describe()}); SIGTERM or Ctrl-C stops it", flush=True)
     try:
         cpu_started = time.process_time()
         stats = await worker.run()
@@ -102,9 +105,6 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
         await pool.close()
     report = stats.__dict__ | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
     _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "stopped", "stats": report})
-    print(f"worker {worker.worker_id} stopped: claimed {stats.claimed}, succeeded {stats.succeeded}, "
-          f"retried {stats.retried}, dead {stats.dead}, lost finalizes {stats.lost_finalizes}, "
-          f"abandoned to lease expiry {stats.abandoned}", flush=True)
     return 0
 
 

@@ -4,6 +4,7 @@ on loopback; the queue and the charge service use the test's own databases."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -25,12 +26,12 @@ async def the_counts(databases: db.Databases):
     return counts
 
 
-async def sigterm_during_charge(databases, tmp_path: Path, latency: float, grace: str):
+async def sigterm_during_charge(databases, tmp_path: Path, latency: float, grace: str, *extra: str):
     """One job, a worker process in the middle of its charge, then SIGTERM; returns what followed."""
     async with local_system(databases=databases, charge_faults=ChargeFaults(latency_seconds=latency), api=False,
                             worker_pool_size=0, logs=tmp_path) as system:
         job = await system.submit_direct(Submission(payload={"amount_cents": 1250, "currency": "USD"}))
-        worker = system.spawn_worker("worker", 5.0, "--grace", grace)
+        worker = system.spawn_worker("worker", 5.0, "--grace", grace, *extra)
 
         async def running() -> bool:
             if worker.process.poll() is not None:
@@ -60,6 +61,24 @@ async def test_sigterm_lets_the_in_flight_charge_finish(databases, tmp_path):
     assert (counts.attempts, counts.charges, counts.finalizations) == (1, 1, 1), counts.short()
     assert stats(worker)["abandoned"] == 0
     assert "Traceback" not in worker.output()
+    # Its lifecycle at INFO by default, and no line per job (those are DEBUG).
+    lines = worker.output().splitlines()
+    assert any(" INFO reliableq.worker: worker worker started (" in line for line in lines), lines
+    assert any(" INFO reliableq.worker: worker worker stopping: " in line for line in lines), lines
+    assert lines[-1].endswith("worker worker stopped: claimed 1, succeeded 1, retried 0, dead 0, lost finalizes 0, "
+                              "abandoned to lease expiry 0"), lines
+    assert not any("claimed job" in line for line in lines), lines
+
+
+async def test_json_logs_are_one_object_per_line(databases, tmp_path):
+    """--log-format json: every line the worker writes parses as JSON, its own lines naming the worker."""
+    returncode, worker, _, _ = await sigterm_during_charge(databases, tmp_path, 0.3, "10", "--log-format", "json")
+    assert returncode == 0, worker.output()
+    lines = [json.loads(line) for line in worker.output().splitlines()]
+    ours = [(line["level"], line["message"].split(":")[0]) for line in lines
+            if line.get("worker_id") == "worker" and line["logger"] == "reliableq.worker"]
+    assert ours == [("INFO", "worker worker started (all mechanisms on)"), ("INFO", "worker worker stopping"),
+                    ("INFO", "worker worker stopped")], lines
 
 
 async def test_sigterm_past_grace_leaves_the_job_to_its_lease(databases, tmp_path):
