@@ -42,7 +42,6 @@ from reliableq.queue import STATUSES, Job, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")
-MAX_LIST_LIMIT = 1000
 
 
 def _error(status_code: int, message: str) -> JSONResponse:
@@ -248,18 +247,19 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     @app.get("/v1/jobs", response_model=None, responses={
         200: {"model": contract.JobList}, 400: contract.error("an unknown status or a limit out of range"),
         **contract.BAD_QUERY, **token})
-    async def list_jobs(request: Request, status: str | None = None, limit: int = 100) -> JSONResponse:
+    async def list_jobs(request: Request, status: contract.StatusQuery = None,
+                        limit: contract.LimitQuery = 100) -> JSONResponse:
         if status is not None and status.upper() not in STATUSES:
             return _error(400, f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        if not 1 <= limit <= MAX_LIST_LIMIT:
-            return _error(400, f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if not 1 <= limit <= contract.MAX_LIST_LIMIT:
+            return _error(400, f"limit must be between 1 and {contract.MAX_LIST_LIMIT}")
         jobs = await queue(request).list(status.upper() if status else None, limit)
         return JSONResponse({"jobs": [job.as_json() for job in jobs], "counts": await queue(request).counts()})
 
     @app.get("/v1/jobs/{job_id}", response_model=None, responses={
         200: {"model": contract.JobDetail}, 400: contract.error("not a job id (a UUID)"),
         404: contract.error("no such job"), **token})
-    async def show_job(request: Request, job_id: str) -> JSONResponse:
+    async def show_job(request: Request, job_id: contract.JobIdPath) -> JSONResponse:
         parsed = _parse_job_id(job_id)
         if parsed is None:
             return _error(400, f"{job_id!r} is not a job id (a UUID)")
@@ -275,12 +275,13 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         200: {"model": Job}, 400: contract.error("not a job id (a UUID), or a budget out of range"),
         404: contract.error("no such job"), 409: contract.error("the job is not DEAD"), **contract.BAD_QUERY,
         **token})
-    async def replay_job(request: Request, job_id: str, budget: int = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
+    async def replay_job(request: Request, job_id: contract.JobIdPath,
+                         budget: contract.BudgetQuery = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
         parsed = _parse_job_id(job_id)
         if parsed is None:
             return _error(400, f"{job_id!r} is not a job id (a UUID)")
-        if not 1 <= budget <= 100:
-            return _error(400, "budget must be between 1 and 100 attempts")
+        if not 1 <= budget <= contract.MAX_REPLAY_BUDGET:
+            return _error(400, f"budget must be between 1 and {contract.MAX_REPLAY_BUDGET} attempts")
         replayed = await queue(request).replay(parsed, budget)
         if replayed is None:
             job = await queue(request).get(parsed)
@@ -298,13 +299,16 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return _error(503, f"database unavailable: {type(error).__name__}")
         return JSONResponse({"status": "ok", "mechanisms": mechanisms.describe()})
 
+    app.openapi = partial(contract.document, app)
     return app
 
 
 def _methods_at(app: FastAPI, scope: dict[str, Any]) -> set[str]:
-    """Every method some route serves at the request's path."""
-    return {method for route in app.router.routes if route.matches(scope)[0] is not Match.NONE
-            for method in getattr(route, "methods", ())}
+    """Every method the document lists at the request's path: a path the routes spell out (/v1/jobs/batch)
+    takes precedence over a template it also fits (/v1/jobs/{job_id}), as OpenAPI matches paths."""
+    fitting = [route for route in app.router.routes if route.matches(scope)[0] is not Match.NONE]
+    concrete = [route for route in fitting if not route.param_convertors]
+    return {method for route in concrete or fitting for method in getattr(route, "methods", ())}
 
 
 async def _after_ack(running: asyncio.Task, acknowledged: Any) -> None:

@@ -1,0 +1,91 @@
+"""The API against its own OpenAPI document: schemathesis generates requests from `/openapi.json`
+(bodies, parameters, methods the document does not list) and sends them to the live API on loopback
+over a real PostgreSQL. Every answer must be no 5xx, a status the document lists for that route, and
+a body and headers its schema allows; a refused request stores nothing."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import httpx
+import psycopg
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from reliableq.api import create_api_app
+from reliableq.servers import LoopbackServer
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+          response_schema_conformance]
+EXAMPLES_PER_OPERATION = 25  # bounded: the whole file takes about 20 s
+
+
+@pytest.fixture
+def api_url(databases):
+    with LoopbackServer(create_api_app(databases.queue_url)) as server:
+        yield server.url
+
+
+@pytest.fixture
+def jobs_stored(databases):
+    """How many jobs the test's queue database holds now, read on a new connection."""
+    def count() -> int:
+        with psycopg.connect(databases.queue_url, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return count
+
+
+@pytest.mark.parametrize("mode", list(GenerationMode))
+def test_api_answers_as_its_document_says(api_url, jobs_stored, mode):
+    """Fixed examples (derandomized) of every operation, fitting the document (positive) or not
+    (negative): 5xx, undocumented statuses, and bodies or headers outside the document fail; a request
+    answered 4xx leaves the jobs table as it was."""
+    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 6
+    if mode is GenerationMode.NEGATIVE:  # a text path parameter, or nothing at all, has no wrong value to send
+        operations = [operation for operation in operations if operation.body
+                      or any(parameter.location == "query" for parameter in operation.iter_parameters())]
+
+    for operation in operations:
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(max_examples=EXAMPLES_PER_OPERATION, derandomize=True, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def answers_as_documented(case):
+            before = jobs_stored()
+            response = case.call()
+            case.validate_response(response, checks=CHECKS)
+            if response.status_code >= 400:
+                assert jobs_stored() == before, f"{case.method} {case.path} answered {response.status_code} but stored"
+        answers_as_documented()
+
+
+def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_methods(api_url):
+    """No such route (404), a query parameter not of its type (422) and a method no route serves at a
+    path (405, its Allow naming exactly the methods the document lists there) answer {"error": "..."}."""
+    refusals = [("GET", "/v2/nothing", 404, None), ("GET", "/v1/jobs?limit=many", 422, None),
+                ("POST", f"/v1/jobs/{uuid.uuid4()}/replay?budget=x", 422, None)]
+    paths = httpx.get(f"{api_url}/openapi.json").json()["paths"]
+    for path, operations in paths.items():
+        concrete = path.replace("{job_id}", str(uuid.uuid4()))
+        # GET /v1/jobs/batch is GET /v1/jobs/{job_id} with an id that is not one (400): served, not refused.
+        served = {method.upper() for template, others in paths.items()
+                  if re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", template), concrete) for method in others}
+        declared = {method.upper() for method in operations}
+        refusals += [(method, concrete, 405, declared) for method in sorted({"GET", "POST", "PUT", "DELETE"} - served)]
+    for method, path, status, allowed in refusals:
+        response = httpx.request(method, f"{api_url}{path}")
+        assert response.status_code == status, (method, path, response.text)
+        assert set(response.json()) == {"error"} and response.json()["error"], (method, path)
+        if allowed is not None:
+            assert set(response.headers["Allow"].split(", ")) == allowed, (method, path)
