@@ -1,7 +1,8 @@
 """The API against its own OpenAPI document: schemathesis generates requests from `/openapi.json`
 (bodies, parameters, methods the document does not list) and sends them to the live API on loopback
 over a real PostgreSQL. Every answer must be no 5xx, a status the document lists for that route, and
-a body and headers its schema allows; a refused request stores nothing."""
+a body and headers its schema allows; a refused request stores nothing. The answers made-up ids and
+bodies never reach (a real job, a DEAD one, a missing token) are checked against it one by one."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from schemathesis.specs.openapi.checks import (
 
 from reliableq.api import create_api_app
 from reliableq.servers import LoopbackServer
+from tests.api.test_api import make_dead
+from tests.conftest import serve
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
@@ -45,19 +48,20 @@ def jobs_stored(databases):
     return count
 
 
-@pytest.mark.parametrize("mode", list(GenerationMode))
-def test_api_answers_as_its_document_says(api_url, jobs_stored, mode):
+def test_api_answers_as_its_document_says(api_url, jobs_stored):
     """Fixed examples (derandomized) of every operation, fitting the document (positive) or not
     (negative): 5xx, undocumented statuses, and bodies or headers outside the document fail; a request
     answered 4xx leaves the jobs table as it was."""
     schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 6
-    if mode is GenerationMode.NEGATIVE:  # a text path parameter, or nothing at all, has no wrong value to send
-        operations = [operation for operation in operations if operation.body
-                      or any(parameter.location == "query" for parameter in operation.iter_parameters())]
+    # A text path parameter, or nothing at all, has no wrong value to send.
+    breakable = [operation for operation in operations if operation.body
+                 or any(parameter.location == "query" for parameter in operation.iter_parameters())]
+    runs = [(GenerationMode.POSITIVE, operation) for operation in operations]
+    runs += [(GenerationMode.NEGATIVE, operation) for operation in breakable]
 
-    for operation in operations:
+    for mode, operation in runs:
         @given(case=operation.as_strategy(generation_mode=mode))
         @settings(max_examples=EXAMPLES_PER_OPERATION, derandomize=True, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
@@ -89,3 +93,27 @@ def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_method
         assert set(response.json()) == {"error"} and response.json()["error"], (method, path)
         if allowed is not None:
             assert set(response.headers["Allow"].split(", ")) == allowed, (method, path)
+
+
+async def test_answers_made_up_ids_never_reach_are_as_documented(databases, make_queue):
+    """A stored job's details (200), replaying a job that is not DEAD (409) and one that is (200), and every
+    route but /healthz without the bearer token (401): each a status the document lists, in its schema."""
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as client:
+        signed = {"Authorization": "Bearer s3cret"}
+        document = (await client.get("/openapi.json", headers=signed)).json()
+        job_id = (await client.post("/v1/jobs", json={"amount_cents": 1250}, headers=signed)).json()["id"]
+        answers = [(await client.get(f"/v1/jobs/{job_id}", headers=signed), "/v1/jobs/{job_id}", 200),
+                   (await client.post(f"/v1/jobs/{job_id}/replay", headers=signed), "/v1/jobs/{job_id}/replay", 409)]
+        await make_dead(make_queue, job_id)
+        replayed = await client.post(f"/v1/jobs/{job_id}/replay", headers=signed)
+        answers.append((replayed, "/v1/jobs/{job_id}/replay", 200))
+        for path, operations in document["paths"].items():
+            for method in operations:
+                response = await client.request(method, path.replace("{job_id}", job_id), json={"amount_cents": 1})
+                answers.append((response, path, 200 if path == "/healthz" else 401))
+    schema = schemathesis.openapi.from_dict(document)
+    for response, path, status in answers:
+        method = response.request.method
+        assert response.status_code == status, (method, path, response.text)
+        assert str(status) in document["paths"][path][method.lower()]["responses"], (method, path)
+        schema[path][method].validate_response(response)
