@@ -156,11 +156,15 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     # answer with the same one-line body as the API's.
     @app.exception_handler(HTTPException)
     async def http_refusal(request: Request, refusal: HTTPException) -> JSONResponse:
-        response = _error(refusal.status_code, str(refusal.detail))
-        if refusal.status_code == 405:
-            # Starlette's Allow names only the first route on the path; the document lists them all.
-            response.headers["Allow"] = ", ".join(sorted(_methods_at(request.app, request.scope)))
-        return response
+        path = request.url.path[:200]
+        if refusal.status_code == 404:
+            return _error(404, f"no such route: {path}")
+        if refusal.status_code != 405:
+            return _error(refusal.status_code, str(refusal.detail))
+        # Starlette's Allow names only the first route on the path; the document lists them all.
+        allowed = ", ".join(sorted(_methods_at(request.app, request.scope)))
+        return JSONResponse({"error": f"{request.method} is not served at {path}; it takes {allowed}"},
+                            status_code=405, headers={"Allow": allowed})
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameter(request: Request, invalid: RequestValidationError) -> JSONResponse:
@@ -179,7 +183,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return await call_next(request)
 
     token = contract.REFUSED_TOKEN if api_token else {}
-    names = sorted(kinds)
+    kind_names = sorted(kinds)
 
     def queue(request: Request) -> Queue:
         return request.app.state.queue
@@ -226,7 +230,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.post("/v1/jobs", status_code=202, response_model=None,
               responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **token},
-              openapi_extra=contract.single_job_body(names))
+              openapi_extra=contract.single_job_body(kind_names))
     async def submit_job(request: Request) -> JSONResponse:
         submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
         job_id = uuid.uuid4()
@@ -235,7 +239,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.post("/v1/jobs/batch", status_code=202, response_model=None,
               responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **token},
-              openapi_extra=contract.batch_body(names))
+              openapi_extra=contract.batch_body(kind_names))
     async def submit_batch(request: Request) -> JSONResponse:
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
         submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))

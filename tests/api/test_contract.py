@@ -30,7 +30,7 @@ from tests.conftest import serve
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
-EXAMPLES_PER_OPERATION = 25  # bounded: the whole file takes about 20 s
+EXAMPLES_PER_OPERATION = 25  # bounded: the fuzzing takes about 15 s
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_api_answers_as_its_document_says(api_url, jobs_stored):
     answered 4xx leaves the jobs table as it was."""
     schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 6
+    assert operations, "the document lists no operation"
     # A text path parameter, or nothing at all, has no wrong value to send.
     breakable = [operation for operation in operations if operation.body
                  or any(parameter.location == "query" for parameter in operation.iter_parameters())]
@@ -81,7 +81,7 @@ def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_method
                 ("POST", f"/v1/jobs/{uuid.uuid4()}/replay?budget=x", 422, None)]
     paths = httpx.get(f"{api_url}/openapi.json").json()["paths"]
     for path, operations in paths.items():
-        concrete = path.replace("{job_id}", str(uuid.uuid4()))
+        concrete = re.sub(r"\{\w+\}", str(uuid.uuid4()), path)
         # GET /v1/jobs/batch is GET /v1/jobs/{job_id} with an id that is not one (400): served, not refused.
         served = {method.upper() for template, others in paths.items()
                   if re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", template), concrete) for method in others}
@@ -109,7 +109,7 @@ async def test_answers_made_up_ids_never_reach_are_as_documented(databases, make
         answers.append((replayed, "/v1/jobs/{job_id}/replay", 200))
         for path, operations in document["paths"].items():
             for method in operations:
-                response = await client.request(method, path.replace("{job_id}", job_id), json={"amount_cents": 1})
+                response = await client.request(method, re.sub(r"\{\w+\}", job_id, path), json={"amount_cents": 1})
                 answers.append((response, path, 200 if path == "/healthz" else 401))
     schema = schemathesis.openapi.from_dict(document)
     for response, path, status in answers:
