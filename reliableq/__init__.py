@@ -10,6 +10,7 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     finalize_decision  succeed, retry or DEAD, from the handler's outcome and the attempt budget
     permits   how many more jobs a worker may claim (the semaphore): taken at claim, released when done
     api       the HTTP API: submit (202 after commit), inspect, replay
+    api_contract  what the API's OpenAPI document says each route takes and answers (documentation only)
     worker    the asyncio worker: permits, leases, classification, graceful shutdown
     handlers  job kinds as registered handlers: each kind's handler and payload check; `noop`
     group_commit  callers that arrive during a commit share the next one (the worker's successes)

@@ -24,9 +24,13 @@ from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
+from reliableq import api_contract as contract
 from reliableq import db
 from reliableq.charge.client import idempotency_key
 from reliableq.charge.handler import STANDARD_VALIDATORS
@@ -34,11 +38,10 @@ from reliableq.config import DEFAULT_REPLAY_BUDGET, MAX_BATCH_BYTES, MAX_BATCH_J
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission
-from reliableq.queue import STATUSES, Queue, json_row
+from reliableq.queue import STATUSES, Job, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")
-MAX_LIST_LIMIT = 1000
 
 
 def _error(status_code: int, message: str) -> JSONResponse:
@@ -149,6 +152,25 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     async def refuse(request: Request, refused: _Refused) -> JSONResponse:
         return _error(refused.status_code, refused.message)
 
+    # FastAPI's own refusals (no such route, a method the path lacks, a query parameter not of its type)
+    # answer with the same one-line body as the API's.
+    @app.exception_handler(HTTPException)
+    async def http_refusal(request: Request, refusal: HTTPException) -> JSONResponse:
+        path = request.url.path[:200]
+        if refusal.status_code == 404:
+            return _error(404, f"no such route: {path}")
+        if refusal.status_code != 405:
+            return _error(refusal.status_code, str(refusal.detail))
+        # Starlette's Allow names only the first route on the path; the document lists them all.
+        allowed = ", ".join(sorted(_methods_at(request.app, request.scope)))
+        return JSONResponse({"error": f"{request.method} is not served at {path}; it takes {allowed}"},
+                            status_code=405, headers={"Allow": allowed})
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(request: Request, invalid: RequestValidationError) -> JSONResponse:
+        first = invalid.errors()[0]
+        return _error(422, f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}")
+
     if api_token:
         expected = f"Bearer {api_token}".encode()
 
@@ -159,6 +181,9 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             if request.url.path != "/healthz" and not secrets.compare_digest(supplied, expected):
                 return _error(401, "missing or wrong bearer token")
             return await call_next(request)
+
+    token = contract.REFUSED_TOKEN if api_token else {}
+    kind_names = sorted(kinds)
 
     def queue(request: Request) -> Queue:
         return request.app.state.queue
@@ -203,14 +228,18 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         log.error("a submission failed before it was acknowledged: %s: %s", type(failure).__name__, failure)
         return _error(500, f"the submission failed before it was acknowledged: {type(failure).__name__}")
 
-    @app.post("/v1/jobs", status_code=202)
+    @app.post("/v1/jobs", status_code=202, response_model=None,
+              responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **token},
+              openapi_extra=contract.single_job_body(kind_names))
     async def submit_job(request: Request) -> JSONResponse:
         submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
         job_id = uuid.uuid4()
         return await acknowledge(_accepted(job_id), partial(request.app.state.submissions.submit,
                                                             (submission, job_id)), job_id)
 
-    @app.post("/v1/jobs/batch", status_code=202)
+    @app.post("/v1/jobs/batch", status_code=202, response_model=None,
+              responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **token},
+              openapi_extra=contract.batch_body(kind_names))
     async def submit_batch(request: Request) -> JSONResponse:
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
         submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))
@@ -219,17 +248,22 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         return await acknowledge({"jobs": [_accepted(job_id) for job_id in job_ids]},
                                  partial(queue(request).submit_many, submissions, job_ids), job_ids)
 
-    @app.get("/v1/jobs")
-    async def list_jobs(request: Request, status: str | None = None, limit: int = 100) -> JSONResponse:
+    @app.get("/v1/jobs", response_model=None, responses={
+        200: {"model": contract.JobList}, 400: contract.error("an unknown status or a limit out of range"),
+        **contract.BAD_QUERY, **token})
+    async def list_jobs(request: Request, status: contract.StatusQuery = None,
+                        limit: contract.LimitQuery = 100) -> JSONResponse:
         if status is not None and status.upper() not in STATUSES:
             return _error(400, f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        if not 1 <= limit <= MAX_LIST_LIMIT:
-            return _error(400, f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if not 1 <= limit <= contract.MAX_LIST_LIMIT:
+            return _error(400, f"limit must be between 1 and {contract.MAX_LIST_LIMIT}")
         jobs = await queue(request).list(status.upper() if status else None, limit)
         return JSONResponse({"jobs": [job.as_json() for job in jobs], "counts": await queue(request).counts()})
 
-    @app.get("/v1/jobs/{job_id}")
-    async def show_job(request: Request, job_id: str) -> JSONResponse:
+    @app.get("/v1/jobs/{job_id}", response_model=None, responses={
+        200: {"model": contract.JobDetail}, 400: contract.error("not a job id (a UUID)"),
+        404: contract.error("no such job"), **token})
+    async def show_job(request: Request, job_id: contract.JobIdPath) -> JSONResponse:
         parsed = _parse_job_id(job_id)
         if parsed is None:
             return _error(400, f"{job_id!r} is not a job id (a UUID)")
@@ -241,13 +275,17 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         return JSONResponse(job.as_json() | {
             "attempt_history": [json_row(a) for a in attempts], "events": [json_row(e) for e in events]})
 
-    @app.post("/v1/jobs/{job_id}/replay")
-    async def replay_job(request: Request, job_id: str, budget: int = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
+    @app.post("/v1/jobs/{job_id}/replay", response_model=None, responses={
+        200: {"model": Job}, 400: contract.error("not a job id (a UUID), or a budget out of range"),
+        404: contract.error("no such job"), 409: contract.error("the job is not DEAD"), **contract.BAD_QUERY,
+        **token})
+    async def replay_job(request: Request, job_id: contract.JobIdPath,
+                         budget: contract.BudgetQuery = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
         parsed = _parse_job_id(job_id)
         if parsed is None:
             return _error(400, f"{job_id!r} is not a job id (a UUID)")
-        if not 1 <= budget <= 100:
-            return _error(400, "budget must be between 1 and 100 attempts")
+        if not 1 <= budget <= contract.MAX_REPLAY_BUDGET:
+            return _error(400, f"budget must be between 1 and {contract.MAX_REPLAY_BUDGET} attempts")
         replayed = await queue(request).replay(parsed, budget)
         if replayed is None:
             job = await queue(request).get(parsed)
@@ -256,7 +294,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return _error(409, f"job {parsed} is {job.status}; only DEAD jobs can be replayed")
         return JSONResponse(replayed.as_json())
 
-    @app.get("/healthz")
+    @app.get("/healthz", response_model=None, responses={
+        200: {"model": contract.Health}, 503: contract.error("the database is unavailable")})
     async def healthz(request: Request) -> JSONResponse:
         try:
             await queue(request).database_now()
@@ -264,7 +303,16 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return _error(503, f"database unavailable: {type(error).__name__}")
         return JSONResponse({"status": "ok", "mechanisms": mechanisms.describe()})
 
+    app.openapi = partial(contract.document, app)
     return app
+
+
+def _methods_at(app: FastAPI, scope: dict[str, Any]) -> set[str]:
+    """Every method the document lists at the request's path: a path the routes spell out (/v1/jobs/batch)
+    takes precedence over a template it also fits (/v1/jobs/{job_id}), as OpenAPI matches paths."""
+    fitting = [route for route in app.router.routes if route.matches(scope)[0] is not Match.NONE]
+    concrete = [route for route in fitting if not route.param_convertors]
+    return {method for route in concrete or fitting for method in getattr(route, "methods", ())}
 
 
 async def _after_ack(running: asyncio.Task, acknowledged: Any) -> None:

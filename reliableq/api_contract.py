@@ -1,0 +1,120 @@
+"""What the API's OpenAPI document (`/openapi.json`) says each route takes and answers: documentation
+only. The API reads and checks request bodies itself (reliableq/payload.py, with its own size limits),
+so nothing here validates a request; the schemas below describe those checks, built from the same
+constants, and each route's responses list every status it can really answer.
+
+Not a guarantee on its own: tests/api/test_contract.py fuzzes the live API against this document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Path, Query
+from pydantic import BaseModel
+
+from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES
+from reliableq.payload import DEFAULT_KIND, MAX_ATTEMPTS_LIMIT
+from reliableq.queue import STATUSES, Job
+
+MAX_LIST_LIMIT = 1000
+MAX_REPLAY_BUDGET = 100
+
+# Parameters as the document describes them. `json_schema_extra`, not FastAPI's own constraints: the
+# routes check these themselves (400 with their own message), and one check is enough.
+StatusQuery = Annotated[str | None, Query(json_schema_extra={"enum": list(STATUSES)},
+                                          description="any case; another value: 400")]
+LimitQuery = Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT},
+                                  description="outside the range: 400")]
+BudgetQuery = Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_REPLAY_BUDGET},
+                                   description="fresh attempts the replayed job gets; outside the range: 400")]
+JobIdPath = Annotated[str, Path(json_schema_extra={"format": "uuid"}, description="not a UUID: 400")]
+
+
+class Error(BaseModel):
+    """Every 4xx and 5xx the API sends: one line saying what is wrong."""
+
+    error: str
+
+
+class Accepted(BaseModel):
+    id: str
+    status: str
+    idempotency_key: str
+
+
+class BatchAccepted(BaseModel):
+    jobs: list[Accepted]
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+    counts: dict[str, int]
+
+
+class JobDetail(Job):  # a pydantic model over the dataclass: the stored fields, then the history
+    attempt_history: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+
+class Health(BaseModel):
+    status: str
+    mechanisms: str
+
+
+def error(description: str) -> dict[str, Any]:
+    return {"model": Error, "description": description}
+
+
+def submission_schema(kinds: list[str]) -> dict[str, Any]:
+    """One job as `POST /v1/jobs` takes it: the queue's envelope; the rest is the kind's payload, checked
+    by that kind's validator (a charge: amount_cents, currency, description)."""
+    return {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": kinds, "default": DEFAULT_KIND},
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
+        },
+        "additionalProperties": True,
+        "example": {"kind": DEFAULT_KIND, "amount_cents": 1250, "currency": "USD"},
+    }
+
+
+def request_body(schema: dict[str, Any], limit: int) -> dict[str, Any]:
+    """`openapi_extra` declaring a JSON body the route reads itself, of at most `limit` bytes."""
+    return {"requestBody": {"required": True, "description": f"JSON, at most {limit} bytes (larger: 413)",
+                            "content": {"application/json": {"schema": schema}}}}
+
+
+def single_job_body(kinds: list[str]) -> dict[str, Any]:
+    return request_body(submission_schema(kinds), MAX_PAYLOAD_BYTES)
+
+
+def batch_body(kinds: list[str]) -> dict[str, Any]:
+    batch = {"type": "object", "required": ["jobs"], "additionalProperties": False,
+             "properties": {"jobs": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_JOBS,
+                                     "items": submission_schema(kinds)}}}
+    return request_body(batch, MAX_BATCH_BYTES)
+
+
+SUBMITTED = {
+    400: error("the body is not JSON"),
+    413: error("the body is larger than the limit"),
+    422: error("the submission is refused (unknown kind, bad field): nothing is stored"),
+    500: error("the submission failed before it was acknowledged"),
+}
+BAD_QUERY = {422: error("a query parameter is not of its type (ranges and values outside them: 400)")}
+REFUSED_TOKEN = {401: error("missing or wrong bearer token")}
+
+
+def document(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document for `app`, less the 422 it lists on every route with a parameter: where a route
+    can answer 422 it says so itself; elsewhere (a text path parameter) it never does."""
+    schema = FastAPI.openapi(app)  # built once and cached by FastAPI; what follows is idempotent
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            if "HTTPValidationError" in str(operation["responses"].get("422")):
+                del operation["responses"]["422"]
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schema["components"]["schemas"].pop(unused, None)
+    return schema

@@ -1,0 +1,119 @@
+"""The API against its own OpenAPI document: schemathesis generates requests from `/openapi.json`
+(bodies, parameters, methods the document does not list) and sends them to the live API on loopback
+over a real PostgreSQL. Every answer must be no 5xx, a status the document lists for that route, and
+a body and headers its schema allows; a refused request stores nothing. The answers made-up ids and
+bodies never reach (a real job, a DEAD one, a missing token) are checked against it one by one."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import httpx
+import psycopg
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from reliableq.api import create_api_app
+from reliableq.servers import LoopbackServer
+from tests.api.test_api import make_dead
+from tests.conftest import serve
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+          response_schema_conformance]
+EXAMPLES_PER_OPERATION = 25  # bounded: the fuzzing takes about 15 s
+
+
+@pytest.fixture
+def api_url(databases):
+    with LoopbackServer(create_api_app(databases.queue_url)) as server:
+        yield server.url
+
+
+@pytest.fixture
+def jobs_stored(databases):
+    """How many jobs the test's queue database holds now, read on a new connection."""
+    def count() -> int:
+        with psycopg.connect(databases.queue_url, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return count
+
+
+def test_api_answers_as_its_document_says(api_url, jobs_stored):
+    """Fixed examples (derandomized) of every operation, fitting the document (positive) or not
+    (negative): 5xx, undocumented statuses, and bodies or headers outside the document fail; a request
+    answered 4xx leaves the jobs table as it was."""
+    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert operations, "the document lists no operation"
+    # A text path parameter, or nothing at all, has no wrong value to send.
+    breakable = [operation for operation in operations if operation.body
+                 or any(parameter.location == "query" for parameter in operation.iter_parameters())]
+    runs = [(GenerationMode.POSITIVE, operation) for operation in operations]
+    runs += [(GenerationMode.NEGATIVE, operation) for operation in breakable]
+
+    for mode, operation in runs:
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(max_examples=EXAMPLES_PER_OPERATION, derandomize=True, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def answers_as_documented(case):
+            before = jobs_stored()
+            response = case.call()
+            case.validate_response(response, checks=CHECKS)
+            if response.status_code >= 400:
+                assert jobs_stored() == before, f"{case.method} {case.path} answered {response.status_code} but stored"
+        answers_as_documented()
+
+
+def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_methods(api_url):
+    """No such route (404), a query parameter not of its type (422) and a method no route serves at a
+    path (405, its Allow naming exactly the methods the document lists there) answer {"error": "..."}."""
+    refusals = [("GET", "/v2/nothing", 404, None), ("GET", "/v1/jobs?limit=many", 422, None),
+                ("POST", f"/v1/jobs/{uuid.uuid4()}/replay?budget=x", 422, None)]
+    paths = httpx.get(f"{api_url}/openapi.json").json()["paths"]
+    for path, operations in paths.items():
+        concrete = re.sub(r"\{\w+\}", str(uuid.uuid4()), path)
+        # GET /v1/jobs/batch is GET /v1/jobs/{job_id} with an id that is not one (400): served, not refused.
+        served = {method.upper() for template, others in paths.items()
+                  if re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", template), concrete) for method in others}
+        declared = {method.upper() for method in operations}
+        refusals += [(method, concrete, 405, declared) for method in sorted({"GET", "POST", "PUT", "DELETE"} - served)]
+    for method, path, status, allowed in refusals:
+        response = httpx.request(method, f"{api_url}{path}")
+        assert response.status_code == status, (method, path, response.text)
+        assert set(response.json()) == {"error"} and response.json()["error"], (method, path)
+        if allowed is not None:
+            assert set(response.headers["Allow"].split(", ")) == allowed, (method, path)
+
+
+async def test_answers_made_up_ids_never_reach_are_as_documented(databases, make_queue):
+    """A stored job's details (200), replaying a job that is not DEAD (409) and one that is (200), and every
+    route but /healthz without the bearer token (401): each a status the document lists, in its schema."""
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as client:
+        signed = {"Authorization": "Bearer s3cret"}
+        document = (await client.get("/openapi.json", headers=signed)).json()
+        job_id = (await client.post("/v1/jobs", json={"amount_cents": 1250}, headers=signed)).json()["id"]
+        answers = [(await client.get(f"/v1/jobs/{job_id}", headers=signed), "/v1/jobs/{job_id}", 200),
+                   (await client.post(f"/v1/jobs/{job_id}/replay", headers=signed), "/v1/jobs/{job_id}/replay", 409)]
+        await make_dead(make_queue, job_id)
+        replayed = await client.post(f"/v1/jobs/{job_id}/replay", headers=signed)
+        answers.append((replayed, "/v1/jobs/{job_id}/replay", 200))
+        for path, operations in document["paths"].items():
+            for method in operations:
+                response = await client.request(method, re.sub(r"\{\w+\}", job_id, path), json={"amount_cents": 1})
+                answers.append((response, path, 200 if path == "/healthz" else 401))
+    schema = schemathesis.openapi.from_dict(document)
+    for response, path, status in answers:
+        method = response.request.method
+        assert response.status_code == status, (method, path, response.text)
+        assert str(status) in document["paths"][path][method.lower()]["responses"], (method, path)
+        schema[path][method].validate_response(response)
