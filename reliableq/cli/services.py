@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from reliableq import db
-from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine
+from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, positive_float, run_coroutine
 from reliableq.config import WorkerSettings
 from reliableq.lab.faults import FaultPlan
 
@@ -43,10 +43,22 @@ def cmd_api(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
+    db_timeout = args.db_timeout or _db_timeout_from_environment()
     databases = db.resolve()
     db.migrate(databases)
-    return _serve(create_api_app(databases.queue_url, mechanisms_from(args), api_token=token), args.host, args.port,
+    return _serve(create_api_app(databases.queue_url, mechanisms_from(args), api_token=token, db_timeout=db_timeout),
+                  args.host, args.port,
                   f"API on http://{args.host}:{args.port} ({mechanisms_from(args).describe()})")
+
+
+def _db_timeout_from_environment() -> float:
+    configured = os.environ.get("RELIABLEQ_DB_TIMEOUT")
+    if configured is None:
+        return db.DEFAULT_DB_TIMEOUT_SECONDS
+    try:
+        return positive_float(configured)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise UsageError(f"RELIABLEQ_DB_TIMEOUT must be a positive number of seconds, got {configured!r}") from None
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
