@@ -1,11 +1,13 @@
-"""A database outage as the API lives it: a PostgreSQL server of this module's own (the embedded wheel's
+"""A database outage as the API and a worker live it: a PostgreSQL server of this module's own (the embedded wheel's
 binaries, its own data folder and port), stopped and started again under a running API on loopback.
 While it is down, submissions are answered 503 with Retry-After within the API's --db-timeout and store
 nothing, liveness stays 200 and readiness turns 503 within a second; once it is back, a submission
-succeeds within about a second; the API logs one line per refusal and no traceback."""
+succeeds within about a second; the API logs one line per refusal and no traceback. A worker that
+failed to claim through the outage claims again within about a second of the server's return."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -20,7 +22,12 @@ import pytest
 
 from reliableq import db
 from reliableq.api import create_api_app
+from reliableq.config import Mechanisms, WorkerSettings
+from reliableq.handlers import HandlerRegistry, noop
 from reliableq.lab.waiting import wait_until
+from reliableq.payload import Submission
+from reliableq.queue import Queue
+from reliableq.worker import Worker
 from tests.conftest import serve
 
 pytestmark = pytest.mark.slow
@@ -145,3 +152,34 @@ async def _accepted(api: httpx.AsyncClient) -> httpx.Response | None:
         return response
     assert response.status_code == 503, response.text
     return None
+
+
+async def test_a_worker_claims_again_within_a_second_of_the_database_returning(own_server):
+    """A worker whose claims failed while the server was stopped claims a job submitted after its return
+    within about a second (its pool tries the server afresh instead of backing off for many seconds)."""
+    handlers = HandlerRegistry()
+    handlers.register("noop", noop)
+    pool = await db.open_pool_checked(own_server.url, max_size=4, db_timeout_seconds=DB_TIMEOUT_SECONDS)
+    worker = Worker(Queue(pool, Mechanisms()), handlers, WorkerSettings(worker_id="outage-worker"))
+    running = asyncio.create_task(worker.run())
+    try:
+        own_server.stop()
+        try:
+            failed_from = worker.stats.claim_calls + 1  # the claim in flight may have answered before the stop
+            await wait_until(lambda: worker.stats.claim_calls > failed_from, 10, "a claim to fail in the outage")
+        finally:
+            own_server.start()
+        back = time.monotonic()
+        submitter = await db.open_pool_checked(own_server.url, max_size=1)
+        try:
+            job = await Queue(submitter, Mechanisms()).submit(Submission(payload={}, kind="noop"))
+        finally:
+            await submitter.close()
+        await wait_until(lambda: worker.stats.claimed >= 1, 10, f"the worker to claim job {job.id}", interval=0.01)
+        claimed_seconds = time.monotonic() - back
+    finally:
+        worker.request_stop()
+        await running
+        await pool.close()
+    print(f"the worker claimed again {claimed_seconds:.3f} s after the server was back")
+    assert claimed_seconds < 3
