@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import time
@@ -44,6 +45,11 @@ def cmd_api(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
     db_timeout = args.db_timeout or _db_timeout_from_environment()
+    if not args.debug:
+        # An outage shows as one WARNING line per refused request (the API's), not as psycopg_pool's two
+        # lines per reconnection attempt; --debug shows everything.
+        logging.getLogger("reliableq.api").setLevel(logging.WARNING)
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     databases = db.resolve()
     db.migrate(databases)
     return _serve(create_api_app(databases.queue_url, mechanisms_from(args), api_token=token, db_timeout=db_timeout),
