@@ -30,7 +30,10 @@ from reliableq import sql
 QUEUE_DATABASE = "reliableq"
 CHARGE_SUFFIX = "_charges"
 CONNECT_TIMEOUT_SECONDS = 5
-# How long a caller waits for a connection before it is told the database is unavailable (PoolTimeout).
+# How long a caller waits for a connection before it is told the database is unavailable (PoolTimeout):
+# psycopg_pool's own default, unless the caller bounds it, as the API does (DEFAULT_DB_TIMEOUT_SECONDS)
+# to answer 503 in time, and a worker does to claim afresh soon after an outage ends.
+POOL_WAIT_SECONDS = 30.0
 DEFAULT_DB_TIMEOUT_SECONDS = 3.0
 # How long the pool keeps retrying a lost connection in the background before it gives up on it. The pool
 # backs off 1 s, 2 s, 4 s ... between tries (psycopg_pool's AttemptWithBackoff), so the default 5 minutes
@@ -232,7 +235,7 @@ async def _check_unless_quiet(conn: psycopg.AsyncConnection) -> None:
 
 def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transaction_seconds: float | None = None,
               statement_seconds: float | None = None,
-              db_timeout_seconds: float = DEFAULT_DB_TIMEOUT_SECONDS) -> AsyncConnectionPool:
+              db_timeout_seconds: float = POOL_WAIT_SECONDS) -> AsyncConnectionPool:
     """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
     at once, so no transaction is ever left open by accident. Open it with `await pool.open()`.
     `idle_in_transaction_seconds`: the server ends a session whose transaction sits idle this long. A
@@ -256,7 +259,7 @@ def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transacti
 async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
                             idle_in_transaction_seconds: float | None = None,
                             statement_seconds: float | None = None,
-                            db_timeout_seconds: float = DEFAULT_DB_TIMEOUT_SECONDS) -> AsyncConnectionPool:
+                            db_timeout_seconds: float = POOL_WAIT_SECONDS) -> AsyncConnectionPool:
     """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
     pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds,
                      statement_seconds=statement_seconds, db_timeout_seconds=db_timeout_seconds)

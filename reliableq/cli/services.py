@@ -100,7 +100,8 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     mechanisms = mechanisms_from(args)
     # A transaction left idle for a whole lease is a stalled worker's: the server ends it, freeing the row.
     pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2,
-                                      idle_in_transaction_seconds=settings.lease_seconds)
+                                      idle_in_transaction_seconds=settings.lease_seconds,
+                                      db_timeout_seconds=settings.db_wait_seconds)
     charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
     worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults)
     loop = asyncio.get_running_loop()

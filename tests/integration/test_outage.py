@@ -165,8 +165,9 @@ async def test_a_worker_claims_again_within_a_second_of_the_database_returning(o
     within about a second (its pool tries the server afresh instead of backing off for many seconds)."""
     handlers = HandlerRegistry()
     handlers.register("noop", noop)
-    pool = await db.open_pool_checked(own_server.url, max_size=4, db_timeout_seconds=DB_TIMEOUT_SECONDS)
-    worker = Worker(Queue(pool, Mechanisms()), handlers, WorkerSettings(worker_id="outage-worker"))
+    settings = WorkerSettings(worker_id="outage-worker")  # its pool as `reliableq worker` opens it
+    pool = await db.open_pool_checked(own_server.url, max_size=4, db_timeout_seconds=settings.db_wait_seconds)
+    worker = Worker(Queue(pool, Mechanisms()), handlers, settings)
     running = asyncio.create_task(worker.run())
     try:
         own_server.stop()
