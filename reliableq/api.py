@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -42,10 +43,22 @@ from reliableq.queue import STATUSES, Job, Queue, json_row
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")
+# /health/ready's own bound on its `SELECT 1`, well inside the second a probe may wait for its answer.
+READINESS_SECONDS = 0.5
+# What a 503 tells clients to wait: the pool tries the database afresh for the next request that comes.
+RETRY_AFTER_SECONDS = 1
+# Paths a load balancer or orchestrator probes without the API's token.
+HEALTH_PATHS = ("/healthz", "/health/live", "/health/ready")
 
 
 def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status_code)
+
+
+def _unavailable(error: BaseException) -> JSONResponse:
+    reason = " ".join(str(error).split()) or "no answer in time"
+    return JSONResponse({"error": f"database unavailable ({type(error).__name__}: {reason}); retry later"[:300]},
+                        status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 class _Refused(Exception):
@@ -117,17 +130,19 @@ def _parse_job_id(raw: str) -> uuid.UUID | None:
 def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultHook | None = None,
                    api_token: str | None = None, pool_size: int = 10,
                    kinds: Mapping[str, Validator] = STANDARD_VALIDATORS,
-                   order: SubmissionOrder | None = None) -> FastAPI:
+                   order: SubmissionOrder | None = None,
+                   db_timeout: float = db.DEFAULT_DB_TIMEOUT_SECONDS) -> FastAPI:
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
     `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`).
-    `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says."""
+    `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says.
+    `db_timeout`: seconds a request waits for a database connection before it is answered 503."""
     faults = faults or FaultHook()
     order = order or shipped_order(mechanisms)
     kinds = dict(kinds)  # as given now: registering more later must not change a running API
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        pool = await db.open_pool_checked(database_url, max_size=pool_size)
+        pool = await db.open_pool_checked(database_url, max_size=pool_size, db_timeout_seconds=db_timeout)
         app.state.queue = queue = Queue(pool, mechanisms, faults)
 
         async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[None]:
@@ -171,6 +186,13 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         first = invalid.errors()[0]
         return _error(422, f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}")
 
+    @app.exception_handler(psycopg.OperationalError)  # PoolTimeout included: no connection came in time
+    async def database_unavailable(request: Request, error: psycopg.OperationalError) -> JSONResponse:
+        # An outage is the operator's to see in one line, not a traceback per request.
+        log.warning("%s %s answered 503: database unavailable: %s: %s", request.method, request.url.path,
+                    type(error).__name__, " ".join(str(error).split()))
+        return _unavailable(error)
+
     if api_token:
         expected = f"Bearer {api_token}".encode()
 
@@ -178,7 +200,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         async def require_token(request: Request, call_next):
             # Bytes, not str: compare_digest refuses non-ASCII strings, and a stranger's header may hold any.
             supplied = request.headers.get("Authorization", "").encode("utf-8", "replace")
-            if request.url.path != "/healthz" and not secrets.compare_digest(supplied, expected):
+            if request.url.path not in HEALTH_PATHS and not secrets.compare_digest(supplied, expected):
                 return _error(401, "missing or wrong bearer token")
             return await call_next(request)
 
@@ -222,6 +244,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return JSONResponse(accepted, status_code=202,
                                 background=BackgroundTask(_after_ack, running, acknowledged))
         failure = asyncio.CancelledError() if running.cancelled() else running.exception()
+        if isinstance(failure, psycopg.OperationalError):
+            raise failure  # nothing was acknowledged: the app's handler answers the outage with a 503
         if failure is None:
             log.error("a submission's order ended without acknowledging it (answered 500)")
             return _error(500, "the submission was not acknowledged: the API's order ended without answering")
@@ -229,7 +253,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         return _error(500, f"the submission failed before it was acknowledged: {type(failure).__name__}")
 
     @app.post("/v1/jobs", status_code=202, response_model=None,
-              responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **token},
+              responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
               openapi_extra=contract.single_job_body(kind_names))
     async def submit_job(request: Request) -> JSONResponse:
         submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
@@ -238,7 +262,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
                                                             (submission, job_id)), job_id)
 
     @app.post("/v1/jobs/batch", status_code=202, response_model=None,
-              responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **token},
+              responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
               openapi_extra=contract.batch_body(kind_names))
     async def submit_batch(request: Request) -> JSONResponse:
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
@@ -250,7 +274,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.get("/v1/jobs", response_model=None, responses={
         200: {"model": contract.JobList}, 400: contract.error("an unknown status or a limit out of range"),
-        **contract.BAD_QUERY, **token})
+        **contract.BAD_QUERY, **contract.UNAVAILABLE, **token})
     async def list_jobs(request: Request, status: contract.StatusQuery = None,
                         limit: contract.LimitQuery = 100) -> JSONResponse:
         if status is not None and status.upper() not in STATUSES:
@@ -262,7 +286,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.get("/v1/jobs/{job_id}", response_model=None, responses={
         200: {"model": contract.JobDetail}, 400: contract.error("not a job id (a UUID)"),
-        404: contract.error("no such job"), **token})
+        404: contract.error("no such job"), **contract.UNAVAILABLE, **token})
     async def show_job(request: Request, job_id: contract.JobIdPath) -> JSONResponse:
         parsed = _parse_job_id(job_id)
         if parsed is None:
@@ -278,7 +302,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     @app.post("/v1/jobs/{job_id}/replay", response_model=None, responses={
         200: {"model": Job}, 400: contract.error("not a job id (a UUID), or a budget out of range"),
         404: contract.error("no such job"), 409: contract.error("the job is not DEAD"), **contract.BAD_QUERY,
-        **token})
+        **contract.UNAVAILABLE, **token})
     async def replay_job(request: Request, job_id: contract.JobIdPath,
                          budget: contract.BudgetQuery = DEFAULT_REPLAY_BUDGET) -> JSONResponse:
         parsed = _parse_job_id(job_id)
@@ -294,13 +318,23 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return _error(409, f"job {parsed} is {job.status}; only DEAD jobs can be replayed")
         return JSONResponse(replayed.as_json())
 
-    @app.get("/healthz", response_model=None, responses={
-        200: {"model": contract.Health}, 503: contract.error("the database is unavailable")})
-    async def healthz(request: Request) -> JSONResponse:
-        try:
-            await queue(request).database_now()
-        except Exception as error:  # any database failure means "not healthy"; say which
-            return _error(503, f"database unavailable: {type(error).__name__}")
+    @app.get("/health/live", response_model=None, responses={200: {"model": contract.Live}})
+    async def live() -> JSONResponse:
+        """The process serves requests; the database is not asked (an outage must not restart the API)."""
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/health/ready", response_model=None, responses=contract.READY)
+    @app.get("/healthz", response_model=None, responses=contract.READY)
+    async def ready(request: Request) -> JSONResponse:
+        """The database answers a `SELECT 1` within READINESS_SECONDS, or 503. The probe is answered by
+        then whatever the database does: a hung server's query is left to finish or fail on its own."""
+        check = asyncio.create_task(queue(request).database_answers(READINESS_SECONDS))
+        done, _ = await asyncio.wait({check}, timeout=READINESS_SECONDS)
+        if not done:
+            check.add_done_callback(_discard_outcome)
+            return _unavailable(TimeoutError(f"no answer to SELECT 1 within {READINESS_SECONDS} s"))
+        if check.exception() is not None:
+            return _unavailable(check.exception())
         return JSONResponse({"status": "ok", "mechanisms": mechanisms.describe()})
 
     app.openapi = partial(contract.document, app)
@@ -313,6 +347,12 @@ def _methods_at(app: FastAPI, scope: dict[str, Any]) -> set[str]:
     fitting = [route for route in app.router.routes if route.matches(scope)[0] is not Match.NONE]
     concrete = [route for route in fitting if not route.param_convertors]
     return {method for route in concrete or fitting for method in getattr(route, "methods", ())}
+
+
+def _discard_outcome(task: asyncio.Task) -> None:
+    """A readiness check answered without: its outcome, retrieved so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _after_ack(running: asyncio.Task, acknowledged: Any) -> None:

@@ -62,6 +62,10 @@ class Health(BaseModel):
     mechanisms: str
 
 
+class Live(BaseModel):
+    status: str
+
+
 def error(description: str) -> dict[str, Any]:
     return {"model": Error, "description": description}
 
@@ -103,6 +107,9 @@ SUBMITTED = {
     422: error("the submission is refused (unknown kind, bad field): nothing is stored"),
     500: error("the submission failed before it was acknowledged"),
 }
+# Every route that asks the database: while it is unreachable, answered within the API's --db-timeout.
+UNAVAILABLE = {503: error("the database is unavailable; Retry-After says when to try again")}
+READY = {200: {"model": Health}, **UNAVAILABLE}
 BAD_QUERY = {422: error("a query parameter is not of its type (ranges and values outside them: 400)")}
 REFUSED_TOKEN = {401: error("missing or wrong bearer token")}
 

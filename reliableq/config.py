@@ -73,12 +73,15 @@ class WorkerSettings:
     shutdown_grace_seconds: float = 10.0  # on SIGTERM: how long in-flight work may still finish
     worker_id: str | None = None  # default: host-pid-n
     fleet_limit: int | None = None  # jobs in flight across all workers on this database; None: no limit
+    # Longest wait for a database connection: a claim waiting when an outage ends gives way this soon to a
+    # new one, which the pool serves with a fresh connection.
+    db_wait_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         for name in ("lease_seconds", "poll_seconds", "charge_timeout_seconds",
-                     "backoff_base_seconds", "backoff_max_seconds"):
+                     "backoff_base_seconds", "backoff_max_seconds", "db_wait_seconds"):
             if not getattr(self, name) > 0:  # written so that NaN fails too
                 raise ValueError(f"{name} must be positive")
         if self.fleet_limit is not None and self.fleet_limit < 1:

@@ -9,8 +9,10 @@ server; the charge service's boundary is its database. This module does not deci
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
+import select
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -28,6 +30,16 @@ from reliableq import sql
 QUEUE_DATABASE = "reliableq"
 CHARGE_SUFFIX = "_charges"
 CONNECT_TIMEOUT_SECONDS = 5
+# How long a caller waits for a connection before it is told the database is unavailable (PoolTimeout):
+# psycopg_pool's own default, unless the caller bounds it, as the API does (DEFAULT_DB_TIMEOUT_SECONDS)
+# to answer 503 in time, and a worker does to claim afresh soon after an outage ends.
+POOL_WAIT_SECONDS = 30.0
+DEFAULT_DB_TIMEOUT_SECONDS = 3.0
+# How long the pool keeps retrying a lost connection in the background before it gives up on it. The pool
+# backs off 1 s, 2 s, 4 s ... between tries (psycopg_pool's AttemptWithBackoff), so the default 5 minutes
+# let a recovered server wait up to 16 s and more for the next try. Given up after 1 s, a connection is
+# tried afresh, at once, by the next request that finds the pool short of one.
+RECONNECT_GIVE_UP_SECONDS = 1.0
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -210,29 +222,56 @@ def scratch_databases(prefix: str = "rq_scratch", templates: Databases | None = 
             drop_database(admin_url, n)
 
 
+async def _check_unless_quiet(conn: psycopg.AsyncConnection) -> None:
+    """The pool's check before it lends a connection. An idle connection has nothing to read unless the
+    server wrote to it, which after a shutdown or a restart is its goodbye (an error, then end of file):
+    only then is the connection tried with a round trip (and dropped if that fails). A quiet socket costs
+    one poll, so a healthy pool adds no round trip per query, and the first request after a restart gets a
+    fresh connection instead of a dead one."""
+    if _readable(conn.pgconn.socket):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    """Whether `fd` has something to read now. poll(), where there is one: select() refuses a descriptor
+    numbered 1024 or more, which a process holding many connections (a benchmark) reaches."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])  # Windows: no poll(), and its select() has no such limit
+
+
 def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transaction_seconds: float | None = None,
-              statement_seconds: float | None = None) -> AsyncConnectionPool:
+              statement_seconds: float | None = None,
+              db_timeout_seconds: float = POOL_WAIT_SECONDS) -> AsyncConnectionPool:
     """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
     at once, so no transaction is ever left open by accident. Open it with `await pool.open()`.
     `idle_in_transaction_seconds`: the server ends a session whose transaction sits idle this long. A
     worker stopped (SIGSTOP, a frozen VM) inside a renewal or a finalize would otherwise hold its job's
     row locked, and no other worker could reclaim the job however long ago its lease ran out.
-    `statement_seconds`: the server cancels a statement that runs this long (a lock wait included)."""
-    kwargs: dict = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    `statement_seconds`: the server cancels a statement that runs this long (a lock wait included).
+    `db_timeout_seconds`: how long a caller waits for a connection (then PoolTimeout, an
+    OperationalError) and, rounded up, how long one connection attempt may take."""
+    connect_seconds = min(CONNECT_TIMEOUT_SECONDS, math.ceil(db_timeout_seconds))
+    kwargs: dict = {"autocommit": True, "connect_timeout": connect_seconds}
     settings = {"idle_in_transaction_session_timeout": idle_in_transaction_seconds,
                 "statement_timeout": statement_seconds}
     options = [f"-c {name}={max(int(seconds * 1000), 1)}" for name, seconds in settings.items() if seconds is not None]
     if options:
         kwargs["options"] = " ".join(options)
-    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs)
+    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs,
+                               timeout=db_timeout_seconds, reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
+                               check=_check_unless_quiet)
 
 
 async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
                             idle_in_transaction_seconds: float | None = None,
-                            statement_seconds: float | None = None) -> AsyncConnectionPool:
+                            statement_seconds: float | None = None,
+                            db_timeout_seconds: float = POOL_WAIT_SECONDS) -> AsyncConnectionPool:
     """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
     pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds,
-                     statement_seconds=statement_seconds)
+                     statement_seconds=statement_seconds, db_timeout_seconds=db_timeout_seconds)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
     except Exception as error:  # PoolTimeout hides the real reason; connect once to report it

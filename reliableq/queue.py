@@ -293,3 +293,8 @@ class Queue:
 
     async def database_now(self) -> datetime:
         return (await self._fetch("database_now", {}))[0]["now"]
+
+    async def database_answers(self, wait_seconds: float) -> None:
+        """`SELECT 1`, waiting at most `wait_seconds` for a connection (PoolTimeout otherwise)."""
+        async with self.pool.connection(timeout=wait_seconds) as conn:
+            await conn.execute(self.queries["database_ping"])

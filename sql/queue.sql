@@ -257,6 +257,10 @@ SELECT status, count(*) AS jobs FROM jobs GROUP BY status ORDER BY status;
 -- PostgreSQL's clock, the only clock eligibility and leases are measured by.
 SELECT now() AS now;
 
+-- name: database_ping
+-- The readiness check: the database answers a query at all.
+SELECT 1;
+
 -- name: job_fleet_claim_gate
 -- A fleet-wide limit (issue: many workers, one database): serialise claims for the rest of this
 -- transaction, so that counting the jobs in flight and taking new ones cannot interleave between workers.

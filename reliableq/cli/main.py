@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=tcp_port, default=8000)
     p.add_argument("--token", help="require this bearer token (required when binding beyond loopback)")
+    p.add_argument("--db-timeout", metavar="SECONDS", type=positive_float, default=None,
+                   help="seconds a request waits for the database before it is answered 503 "
+                        f"(default: RELIABLEQ_DB_TIMEOUT, else {db.DEFAULT_DB_TIMEOUT_SECONDS:g})")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_api)
 

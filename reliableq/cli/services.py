@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from reliableq import db
-from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine
+from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, positive_float, run_coroutine
 from reliableq.config import WorkerSettings
 from reliableq.lab.faults import FaultPlan
 
@@ -47,11 +47,22 @@ def cmd_api(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
+    db_timeout = args.db_timeout or _db_timeout_from_environment()
     databases = db.resolve()
     db.migrate(databases)
     mechanisms = mechanisms_from(args)
-    return _serve(create_api_app(databases.queue_url, mechanisms, api_token=token), "API", args.host, args.port,
-                  f" ({mechanisms.describe()})")
+    return _serve(create_api_app(databases.queue_url, mechanisms, api_token=token, db_timeout=db_timeout), "API",
+                  args.host, args.port, f" ({mechanisms.describe()})")
+
+
+def _db_timeout_from_environment() -> float:
+    configured = os.environ.get("RELIABLEQ_DB_TIMEOUT")
+    if configured is None:
+        return db.DEFAULT_DB_TIMEOUT_SECONDS
+    try:
+        return positive_float(configured)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise UsageError(f"RELIABLEQ_DB_TIMEOUT must be a positive number of seconds, got {configured!r}") from None
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
@@ -86,7 +97,8 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     mechanisms = mechanisms_from(args)
     # A transaction left idle for a whole lease is a stalled worker's: the server ends it, freeing the row.
     pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2,
-                                      idle_in_transaction_seconds=settings.lease_seconds)
+                                      idle_in_transaction_seconds=settings.lease_seconds,
+                                      db_timeout_seconds=settings.db_wait_seconds)
     charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
     worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults)
     loop = asyncio.get_running_loop()

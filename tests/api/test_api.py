@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from reliableq.api import create_api_app
+from reliableq.api import HEALTH_PATHS, create_api_app
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import local_system
@@ -565,11 +565,18 @@ async def test_replay_with_bad_id_or_budget_is_400(api, make_queue, path, params
 # -- health ---------------------------------------------------------------------------------------
 
 
-async def test_healthz_is_200_when_the_database_answers(api):
-    """/healthz answers 200 with the mechanisms in force."""
-    response = await api.get("/healthz")
+@pytest.mark.parametrize("path", ["/healthz", "/health/ready"])
+async def test_readiness_is_200_with_the_mechanisms_when_the_database_answers(api, path):
+    """/health/ready, and /healthz its alias, answer 200 with the mechanisms in force."""
+    response = await api.get(path)
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "mechanisms": "all mechanisms on"}
+
+
+async def test_liveness_is_200_without_asking_the_database(api):
+    """/health/live answers 200 {"status": "ok"} (tests/integration/test_outage.py: with the database down)."""
+    response = await api.get("/health/live")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
 # -- bearer token ---------------------------------------------------------------------------------
@@ -608,14 +615,15 @@ async def test_missing_or_wrong_token_is_401_and_stores_nothing(databases, autho
     assert await stored_rows(databases.queue_url) == (0, 0)
 
 
-async def test_right_token_is_accepted_and_healthz_stays_open(guarded_api, databases):
-    """With "Authorization: Bearer s3cret" submissions are accepted; /healthz needs no token."""
+async def test_right_token_is_accepted_and_health_checks_stay_open(guarded_api, databases):
+    """With "Authorization: Bearer s3cret" submissions are accepted; the health checks need no token."""
     headers = {"Authorization": "Bearer s3cret"}
     response = await guarded_api.post("/v1/jobs", json={"amount_cents": 1250}, headers=headers)
     assert response.status_code == 202
     assert await row_visible(databases.queue_url, response.json()["id"])
     assert (await guarded_api.get("/v1/jobs", headers=headers)).status_code == 200
-    assert (await guarded_api.get("/healthz")).status_code == 200
+    for path in HEALTH_PATHS:
+        assert (await guarded_api.get(path)).status_code == 200, path
 
 
 async def test_an_integer_too_long_to_convert_is_invalid_json_not_a_500(databases):

@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from reliableq.api import create_api_app
+from reliableq.api import HEALTH_PATHS, create_api_app
 from reliableq.servers import LoopbackServer
 from tests.api.test_api import make_dead
 from tests.conftest import serve
@@ -97,7 +97,7 @@ def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_method
 
 async def test_answers_made_up_ids_never_reach_are_as_documented(databases, make_queue):
     """A stored job's details (200), replaying a job that is not DEAD (409) and one that is (200), and every
-    route but /healthz without the bearer token (401): each a status the document lists, in its schema."""
+    route but the health probes without the bearer token (401): each a status the document lists, in its schema."""
     async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as client:
         signed = {"Authorization": "Bearer s3cret"}
         document = (await client.get("/openapi.json", headers=signed)).json()
@@ -110,7 +110,7 @@ async def test_answers_made_up_ids_never_reach_are_as_documented(databases, make
         for path, operations in document["paths"].items():
             for method in operations:
                 response = await client.request(method, re.sub(r"\{\w+\}", job_id, path), json={"amount_cents": 1})
-                answers.append((response, path, 200 if path == "/healthz" else 401))
+                answers.append((response, path, 200 if path in HEALTH_PATHS else 401))
     schema = schemathesis.openapi.from_dict(document)
     for response, path, status in answers:
         method = response.request.method
