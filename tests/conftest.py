@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from reliableq import db
+from reliableq.cli.logs import CHATTY_LIBRARIES
 from reliableq.config import Mechanisms
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
@@ -28,6 +30,20 @@ def pytest_pycollect_makeitem(collector, name, obj):
     """Run every `async def test_*` on anyio, before parametrization sees it."""
     if collector.funcnamefilter(name) and inspect.iscoroutinefunction(obj):
         pytest.mark.anyio(obj)
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was():
+    """A test that runs the CLI in this process (`main([...])`) configures logging as a command does:
+    it replaces the root's handlers (pytest's capture among them) and sets levels. Put them back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    chatty = {name: logging.getLogger(name).level for name in CHATTY_LIBRARIES}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, chatty_level in chatty.items():
+        logging.getLogger(name).setLevel(chatty_level)
 
 
 @pytest.fixture
