@@ -17,6 +17,7 @@ import httpx
 import psycopg
 import pytest
 
+from reliableq.api import create_api_app
 from reliableq.charge.client import ChargeClient, idempotency_key
 from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.lab.waiting import wait_until
@@ -374,3 +375,22 @@ async def test_a_non_object_json_answer_is_classified_not_a_crash():
         await client.aclose()
         await asyncio.to_thread(server.stop)
     assert (outcome.kind, outcome.status_code, outcome.detail) == ("transient", 502, "HTTP 502")
+
+
+@pytest.mark.parametrize("currency", [
+    pytest.param("USD\n", id="trailing-newline"), pytest.param("USD ", id="trailing-space"),
+    pytest.param("usd", id="lowercase"), pytest.param("\uff35\uff33\uff24", id="fullwidth-look-alike"),
+    pytest.param("U\u0405D", id="cyrillic-look-alike"), pytest.param("\u0391BC", id="greek-look-alike"),
+])
+async def test_a_currency_the_api_refuses_the_charge_service_refuses_too(databases, currency):
+    """One rule for the field (reliableq/charge/payload.py), so no job the API accepts goes DEAD at the
+    service over its payload: each hostile spelling is refused by both, and neither stores anything."""
+    async with serve(create_api_app(databases.queue_url)) as api:
+        submitted = await api.post("/v1/jobs", json={"amount_cents": 1250, "currency": currency})
+    async with charge_service(databases) as http:
+        charged = await http.post("/v1/charges", json=charge_body(_JOB, currency=currency), headers=key_header(_JOB))
+    assert (submitted.status_code, charged.status_code) == (422, 400), (submitted.text, charged.text)
+    assert "currency" in submitted.json()["error"] and "currency" in charged.json()["error"]
+    assert await count(databases.charge_url, "charges") == 0
+    async with await psycopg.AsyncConnection.connect(databases.queue_url) as conn:
+        assert (await (await conn.execute("SELECT count(*) FROM jobs")).fetchone())[0] == 0
