@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from reliableq.charge.service import ChargeFaults
-from reliableq.config import Mechanisms
+from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms
 from reliableq.lab import invariants
 from reliableq.lab.faults import CRASH_POINTS, FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
@@ -53,6 +53,9 @@ class ChaosConfig:
     slow_renewal_rate: float = 0.03
     lost_answer_rate: float = 0.03
     fleet_limit: int | None = None  # jobs in flight across all workers; None: no fleet limit
+    # Attempts each job may make. The outage meets the slowest jobs, which have spent some already: a
+    # larger budget leaves them enough retries for the outage's requests to tell backoff from none.
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     settle_seconds: float = 60.0  # how long the system may take to finish every job
     mechanisms: Mechanisms = Mechanisms()
     pieces: Pieces = SHIPPED  # a learner's queries or policy in place of the shipped ones (the exercises)
@@ -186,7 +189,8 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         # The API's fault point sees job ids it has not returned yet, so it is armed by call order.
         _arm_api_crashes(api_faults, api_crash_calls)
         poison_amount = charge_faults.decline_over_cents + 1
-        acknowledged = [await system.submit_http(poison_amount if _is(by_index, index, "poison") else 1000 + index)
+        acknowledged = [await system.submit_http(poison_amount if _is(by_index, index, "poison") else 1000 + index,
+                                                 max_attempts=config.max_attempts)
                         for index in range(config.jobs)]
         for index, fault in by_index.items():
             if fault.action not in ("api_crash", "poison"):
