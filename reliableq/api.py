@@ -9,11 +9,17 @@ learner's own in its place.
 or none. A submission names its `kind` (default `charge`); the API accepts the kinds it was given, each
 payload checked by its kind's validator. Bad input, an unknown kind included, gets a 4xx with a one-line
 message and stores nothing. This module does not run jobs.
+A client that retries a submission whose answer it never heard (the API crashed after the commit, the
+connection dropped) sends an `Idempotency-Key` header (in a batch, a `submission_key` per job): the
+same key with the same body is answered with the job it first made, never a second one; with another
+body, 409. A key is held for the API's window (24 h by default), enforced by a UNIQUE key in the
+database whichever API process answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import secrets
@@ -35,11 +41,18 @@ from reliableq import api_contract as contract
 from reliableq import db
 from reliableq.charge.client import idempotency_key
 from reliableq.charge.handler import STANDARD_VALIDATORS
-from reliableq.config import DEFAULT_REPLAY_BUDGET, MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
+from reliableq.config import (
+    DEFAULT_REPLAY_BUDGET,
+    DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_JOBS,
+    MAX_PAYLOAD_BYTES,
+    Mechanisms,
+)
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
-from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission
-from reliableq.queue import STATUSES, Job, Queue, json_row
+from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission, submission_key
+from reliableq.queue import STATUSES, Job, KeyReused, Queue, Stored, json_row
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")
@@ -93,8 +106,30 @@ async def _read_body(request: Request, limit: int, parse: Callable[[Any], Parsed
         raise _Refused(422, str(error)) from None
 
 
-def _accepted(job_id: uuid.UUID) -> dict[str, str]:
-    return {"id": str(job_id), "status": "PENDING", "idempotency_key": idempotency_key(job_id)}
+def _accepted(submission: Submission, job_id: uuid.UUID, stored: Stored | None) -> dict[str, Any]:
+    """A job's 202 body. `stored`: where a submission with a key went, once known (the naive order
+    answers before it stores, and can only promise the job it is about to store)."""
+    if stored is not None:
+        job_id = stored.job_id
+    accepted: dict[str, Any] = {"id": str(job_id), "status": stored.status if stored else "PENDING",
+                                "idempotency_key": idempotency_key(job_id)}
+    if submission.key is not None:
+        accepted |= {"submission_key": submission.key, "replayed": bool(stored and stored.replayed)}
+    return accepted
+
+
+def _with_header_key(submission: Submission, header: str | None) -> Submission:
+    """The submission with the key its `Idempotency-Key` header gives; _Refused when the header is not a
+    key, or disagrees with the body's `submission_key`."""
+    if header is None:
+        return submission
+    try:
+        key = submission_key(header, "Idempotency-Key")
+    except InvalidSubmission as error:
+        raise _Refused(422, str(error)) from None
+    if submission.key not in (None, key):
+        raise _Refused(422, "Idempotency-Key and the body's submission_key differ; send one key")
+    return dataclasses.replace(submission, key=key)
 
 
 # How a submission is stored and answered: `accept(store, acknowledge)` awaits both, in its own order.
@@ -131,11 +166,13 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
                    api_token: str | None = None, pool_size: int = 10,
                    kinds: Mapping[str, Validator] = STANDARD_VALIDATORS,
                    order: SubmissionOrder | None = None,
-                   db_timeout: float = db.DEFAULT_DB_TIMEOUT_SECONDS) -> FastAPI:
+                   db_timeout: float = db.DEFAULT_DB_TIMEOUT_SECONDS,
+                   key_window: float = DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS) -> FastAPI:
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
     `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`).
     `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says.
-    `db_timeout`: seconds a request waits for a database connection before it is answered 503."""
+    `db_timeout`: seconds a request waits for a database connection before it is answered 503.
+    `key_window`: seconds a submission's idempotency key names its job; an older key names a new one."""
     faults = faults or FaultHook()
     order = order or shipped_order(mechanisms)
     kinds = dict(kinds)  # as given now: registering more later must not change a running API
@@ -145,13 +182,35 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         pool = await db.open_pool_checked(database_url, max_size=pool_size, db_timeout_seconds=db_timeout)
         app.state.queue = queue = Queue(pool, mechanisms, faults)
 
-        async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[None]:
+        async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused | None]:
+            if any(submission.key is not None for submission, _ in submitted):
+                return await store_keyed(submitted)
             if len(submitted) == 1:  # the plain insert is the cheaper statement for one row
                 await queue.submit(*submitted[0])
             else:
                 await queue.submit_many([submission for submission, _ in submitted],
                                         [job_id for _, job_id in submitted])
             return [None] * len(submitted)
+
+        async def store_keyed(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused]:
+            """Each submission's own outcome. A key twice in one group (a retry racing its first try) goes
+            in a later statement of the same transaction's successor, which finds it held."""
+            outcomes: dict[int, Stored | KeyReused] = {}
+            waiting = list(range(len(submitted)))
+            while waiting:
+                keys_now: set[str] = set()
+                now, later = [], []
+                for index in waiting:
+                    key = submitted[index][0].key
+                    (later if key in keys_now else now).append(index)
+                    if key is not None:
+                        keys_now.add(key)
+                stored = await queue.submit_keyed([submitted[index][0] for index in now],
+                                                  [submitted[index][1] for index in now], key_window,
+                                                  all_or_none=False)
+                outcomes.update(zip(now, stored, strict=True))
+                waiting = later
+            return [outcomes[index] for index in range(len(submitted))]
         # Single submissions share inserts and commits once `in_flight` are already running: the driver's
         # CPU per statement was half of what the API spent on a submission. Below that they commit side
         # by side, each on its own connection, as before (a lone request never waits for another's commit).
@@ -210,13 +269,15 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     def queue(request: Request) -> Queue:
         return request.app.state.queue
 
-    async def acknowledge(accepted: dict[str, Any], store: Callable[[], Awaitable[object]],
+    async def acknowledge(accepted: Callable[[Any], dict[str, Any]], store: Callable[[], Awaitable[object]],
                           acknowledged: Any) -> JSONResponse:
-        """202 with `accepted` once `order` acknowledges; its store, if it comes after that, passes the
-        fault point after_ack_before_commit first. The order runs on after the 202 (its store may still
-        be to come) as the response's background task. An order that fails or ends before acknowledging
-        is answered 500, and what it stored stays stored."""
+        """202 with `accepted(stored)` once `order` acknowledges (`stored`: what the store returned, or
+        None while it has not run); its store, if it comes after that, passes the fault point
+        after_ack_before_commit first. The order runs on after the 202 (its store may still be to come)
+        as the response's background task. A key reused with another body is answered 409; an order that
+        fails or ends before acknowledging, 500, and what it stored stays stored."""
         answered = asyncio.get_running_loop().create_future()
+        stored: list[object] = []
 
         async def acknowledge_once() -> None:
             if answered.done():
@@ -232,7 +293,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
                     if asyncio.current_task() is not running:
                         return None  # a store left to a task nobody awaits: the crash ends that task, quietly
                     raise
-            return await store()
+            stored.append(await store())
+            return stored[0]
 
         running = asyncio.create_task(order(store_in_order, acknowledge_once))
         try:
@@ -241,11 +303,13 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             running.cancel()
             raise
         if answered.done():
-            return JSONResponse(accepted, status_code=202,
+            return JSONResponse(accepted(stored[0] if stored else None), status_code=202,
                                 background=BackgroundTask(_after_ack, running, acknowledged))
         failure = asyncio.CancelledError() if running.cancelled() else running.exception()
         if isinstance(failure, psycopg.OperationalError):
             raise failure  # nothing was acknowledged: the app's handler answers the outage with a 503
+        if isinstance(failure, KeyReused):
+            return _error(409, str(failure))
         if failure is None:
             log.error("a submission's order ended without acknowledging it (answered 500)")
             return _error(500, "the submission was not acknowledged: the API's order ended without answering")
@@ -257,9 +321,15 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
               openapi_extra=contract.single_job_body(kind_names))
     async def submit_job(request: Request) -> JSONResponse:
         submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
+        submission = _with_header_key(submission, request.headers.get("Idempotency-Key"))
         job_id = uuid.uuid4()
-        return await acknowledge(_accepted(job_id), partial(request.app.state.submissions.submit,
-                                                            (submission, job_id)), job_id)
+
+        async def store() -> Stored | None:
+            outcome = await request.app.state.submissions.submit((submission, job_id))
+            if isinstance(outcome, KeyReused):
+                raise outcome
+            return outcome
+        return await acknowledge(partial(_accepted, submission, job_id), store, job_id)
 
     @app.post("/v1/jobs/batch", status_code=202, response_model=None,
               responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
@@ -269,8 +339,18 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))
         # A tuple, so the fault point's job filters see one hashable value for the whole batch.
         job_ids = tuple(uuid.uuid4() for _ in submissions)
-        return await acknowledge({"jobs": [_accepted(job_id) for job_id in job_ids]},
-                                 partial(queue(request).submit_many, submissions, job_ids), job_ids)
+        keyed = any(submission.key is not None for submission in submissions)
+
+        async def store() -> list[Stored] | None:
+            if not keyed:
+                await queue(request).submit_many(submissions, job_ids)
+                return None
+            return await queue(request).submit_keyed(submissions, job_ids, key_window, all_or_none=True)
+
+        def accepted(stored: list[Stored] | None) -> dict[str, Any]:
+            return {"jobs": [_accepted(submission, job_id, outcome) for submission, job_id, outcome
+                             in zip(submissions, job_ids, stored or [None] * len(job_ids), strict=True)]}
+        return await acknowledge(accepted, store, job_ids)
 
     @app.get("/v1/jobs", response_model=None, responses={
         200: {"model": contract.JobList}, 400: contract.error("an unknown status or a limit out of range"),

@@ -14,7 +14,7 @@ from fastapi import FastAPI, Path, Query
 from pydantic import BaseModel
 
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES
-from reliableq.payload import DEFAULT_KIND, MAX_ATTEMPTS_LIMIT
+from reliableq.payload import DEFAULT_KIND, MAX_ATTEMPTS_LIMIT, MAX_SUBMISSION_KEY_CHARS
 from reliableq.queue import STATUSES, Job
 
 MAX_LIST_LIMIT = 1000
@@ -40,7 +40,10 @@ class Error(BaseModel):
 class Accepted(BaseModel):
     id: str
     status: str
-    idempotency_key: str
+    idempotency_key: str  # the key the job's effect is made with (the charge service's), not the client's
+    # With a client's key only: the key, and whether it already named this job (nothing new was stored).
+    submission_key: str | None = None
+    replayed: bool | None = None
 
 
 class BatchAccepted(BaseModel):
@@ -70,6 +73,12 @@ def error(description: str) -> dict[str, Any]:
     return {"model": Error, "description": description}
 
 
+SUBMISSION_KEY = {"type": "string", "minLength": 1, "maxLength": MAX_SUBMISSION_KEY_CHARS,
+                  "pattern": "^[\\x21-\\x7e]+$",
+                  "description": "the client's idempotency key: the same key and body name one job, whatever "
+                                 "the number of retries (another body: 409); held for the API's window"}
+
+
 def submission_schema(kinds: list[str]) -> dict[str, Any]:
     """One job as `POST /v1/jobs` takes it: the queue's envelope; the rest is the kind's payload, checked
     by that kind's validator (a charge: amount_cents, currency, description)."""
@@ -78,6 +87,7 @@ def submission_schema(kinds: list[str]) -> dict[str, Any]:
         "properties": {
             "kind": {"type": "string", "enum": kinds, "default": DEFAULT_KIND},
             "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
+            "submission_key": SUBMISSION_KEY,
         },
         "additionalProperties": True,
         "example": {"kind": DEFAULT_KIND, "amount_cents": 1250, "currency": "USD"},
@@ -91,7 +101,9 @@ def request_body(schema: dict[str, Any], limit: int) -> dict[str, Any]:
 
 
 def single_job_body(kinds: list[str]) -> dict[str, Any]:
-    return request_body(submission_schema(kinds), MAX_PAYLOAD_BYTES)
+    key_header = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": SUBMISSION_KEY,
+                  "description": "send it with every retry of one request (or as the body's submission_key)"}
+    return request_body(submission_schema(kinds), MAX_PAYLOAD_BYTES) | {"parameters": [key_header]}
 
 
 def batch_body(kinds: list[str]) -> dict[str, Any]:
@@ -103,8 +115,9 @@ def batch_body(kinds: list[str]) -> dict[str, Any]:
 
 SUBMITTED = {
     400: error("the body is not JSON"),
+    409: error("an idempotency key already names a job submitted with a different body: nothing is stored"),
     413: error("the body is larger than the limit"),
-    422: error("the submission is refused (unknown kind, bad field): nothing is stored"),
+    422: error("the submission is refused (unknown kind, bad field or key): nothing is stored"),
     500: error("the submission failed before it was acknowledged"),
 }
 # Every route that asks the database: while it is unreachable, answered within the API's --db-timeout.

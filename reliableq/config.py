@@ -95,6 +95,8 @@ class WorkerSettings:
 
 DEFAULT_MAX_ATTEMPTS = 5  # attempt budget of a job (stage `dead`)
 DEFAULT_REPLAY_BUDGET = 5  # fresh attempts a replayed DEAD job gets
+# How long a client's idempotency key names the job it made: longer than any client keeps retrying.
+DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS = 24 * 3600
 MAX_PAYLOAD_BYTES = 16 * 1024  # larger submissions are refused with 413
 MAX_BATCH_JOBS = 1000  # jobs in one POST /v1/jobs/batch; more are refused with 422
 MAX_BATCH_BYTES = 2 * 1024 * 1024  # bytes of one batch body (2 MiB); larger batches are refused with 413

@@ -1,8 +1,9 @@
 """What a client may submit, checked before anything is stored: the envelope every job shares, and the
 check its kind registered for the rest.
 
-A submission is a JSON object: `kind` (optional, default `charge`) and `max_attempts` (optional attempt
-budget) belong to the queue; every other field is the kind's payload, checked by the validator
+A submission is a JSON object: `kind` (optional, default `charge`), `max_attempts` (optional attempt
+budget) and `submission_key` (optional: the client's idempotency key, the body's form of the
+`Idempotency-Key` header) belong to the queue; every other field is the kind's payload, checked by the validator
 registered for that kind (for `charge`: reliableq/charge/payload.py). Anything refused raises
 InvalidSubmission, with a message naming the field and why. A batch is `{"jobs": [<submission>, ...]}`,
 accepted only if every submission in it is; its refusals name the job (`jobs[3]: ...`).
@@ -10,7 +11,9 @@ accepted only if every submission in it is; its refusals name the job (`jobs[3]:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,9 @@ from reliableq.config import DEFAULT_MAX_ATTEMPTS, MAX_BATCH_JOBS
 
 DEFAULT_KIND = "charge"
 MAX_ATTEMPTS_LIMIT = 100
+MAX_SUBMISSION_KEY_CHARS = 255
+# Visible ASCII: a key travels in an HTTP header, where anything else is mangled or refused on the way.
+_SUBMISSION_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_SUBMISSION_KEY_CHARS}}}")
 
 # A kind's payload check: returns the payload to store (defaults filled in), or raises ValueError with a
 # message for the client.
@@ -34,6 +40,25 @@ class Submission:
     payload: dict[str, Any]  # what the kind's handler needs
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     kind: str = DEFAULT_KIND
+    # The client's idempotency key: one job per key (within the API's window), however often it is sent.
+    key: str | None = None
+
+    def fingerprint(self) -> str:
+        """What a repeat with the same key must match: the job it asks for, not how its JSON was spelt."""
+        return json_sha256({"kind": self.kind, "max_attempts": self.max_attempts, "payload": self.payload})
+
+
+def json_sha256(value: Any) -> str:
+    """A digest of a JSON value that ignores key order and spacing."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def submission_key(value: Any, name: str) -> str:
+    """`value` if it is a usable idempotency key; InvalidSubmission naming `name` otherwise."""
+    if not isinstance(value, str) or not _SUBMISSION_KEY.fullmatch(value):
+        raise InvalidSubmission(f"{name} must be 1 to {MAX_SUBMISSION_KEY_CHARS} visible ASCII characters "
+                                "(no spaces), such as a UUID")
+    return value
 
 
 def positive_int(value: Any, name: str, limit: int) -> int:
@@ -57,6 +82,7 @@ def parse_submission(data: Any, validators: Mapping[str, Validator]) -> Submissi
         raise InvalidSubmission(f'kind must be text such as "{DEFAULT_KIND}", got {type(kind).__name__}')
     if kind not in validators:
         raise InvalidSubmission(f"kind: unknown job kind {kind[:40]!r}; known: {', '.join(sorted(validators))}")
+    key = submission_key(fields.pop("submission_key"), "submission_key") if "submission_key" in fields else None
     max_attempts = DEFAULT_MAX_ATTEMPTS
     if "max_attempts" in fields:
         max_attempts = positive_int(fields.pop("max_attempts"), "max_attempts", MAX_ATTEMPTS_LIMIT)
@@ -66,7 +92,7 @@ def parse_submission(data: Any, validators: Mapping[str, Validator]) -> Submissi
         raise
     except ValueError as error:  # a registered check speaks to the client through ValueError
         raise InvalidSubmission(str(error)) from None
-    return Submission(payload=storable(payload), max_attempts=max_attempts, kind=kind)
+    return Submission(payload=storable(payload), max_attempts=max_attempts, kind=kind, key=key)
 
 
 def storable(payload: Any) -> dict[str, Any]:
@@ -118,12 +144,19 @@ def parse_batch(data: Any, validators: Mapping[str, Validator]) -> list[Submissi
         raise InvalidSubmission(f"jobs must be a list of submissions, got {type(jobs).__name__}")
     if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
         raise InvalidSubmission(f"jobs must hold between 1 and {MAX_BATCH_JOBS} submissions, got {len(jobs)}")
-    submissions = []
+    submissions: list[Submission] = []
+    first_with_key: dict[str, int] = {}
     for index, job in enumerate(jobs):
         try:
-            submissions.append(parse_submission(job, validators))
+            submission = parse_submission(job, validators)
         except InvalidSubmission as error:
             raise InvalidSubmission(f"jobs[{index}]: {error}") from None
+        if submission.key is not None:
+            if submission.key in first_with_key:
+                first = first_with_key[submission.key]
+                raise InvalidSubmission(f"jobs[{index}]: submission_key repeats jobs[{first}]'s; a key names one job")
+            first_with_key[submission.key] = index
+        submissions.append(submission)
     return submissions
 
 

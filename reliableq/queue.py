@@ -77,6 +77,23 @@ def sanitize_error(message: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+@dataclass(frozen=True)
+class Stored:
+    """Where a submission with an idempotency key went: a new job, or (`replayed`) the one its key named."""
+
+    job_id: uuid.UUID
+    replayed: bool = False
+    status: str = "PENDING"  # a replayed job's status now
+
+
+class KeyReused(Exception):
+    """An idempotency key that already names a job submitted with a different body."""
+
+    def __init__(self, key: str, job_id: uuid.UUID) -> None:
+        super().__init__(f"idempotency key {key!r} already names job {job_id}, submitted with a different body")
+        self.key, self.job_id = key, job_id
+
+
 class Queue:
     """Jobs in PostgreSQL, read and written according to `mechanisms`."""
 
@@ -126,6 +143,44 @@ class Queue:
             "max_attempts": [s.max_attempts for s in submissions],
         })
         return [Job.from_row(row) for row in rows]
+
+    async def submit_keyed(self, submissions: Sequence[Submission], job_ids: Sequence[uuid.UUID],
+                           window_seconds: float, all_or_none: bool) -> list[Stored | KeyReused]:
+        """Store and commit the submissions (keys distinct; a submission may have none) in one transaction,
+        each as a new job unless its key already names one: then the answer is that job, or KeyReused
+        when the body differs. `window_seconds`: a key older than this names a new job. `all_or_none`:
+        one KeyReused refuses them all (raised, nothing stored); otherwise each submission has its outcome."""
+        async with self.pool.connection() as conn:
+            # One transaction: the insert's row locks keep the held keys (and their jobs) as read below.
+            async with conn.transaction():
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(self.queries["job_insert_keyed_batch"], {
+                    "job_ids": list(job_ids),
+                    "kinds": [s.kind for s in submissions],
+                    "payloads": [Jsonb(s.payload) for s in submissions],
+                    "max_attempts": [s.max_attempts for s in submissions],
+                    "keys": [s.key for s in submissions],
+                    "fingerprints": [s.key and s.fingerprint() for s in submissions],
+                    "window_seconds": window_seconds,
+                })
+                stored = [row["stored"] for row in await cur.fetchall()]
+                # A new statement, so a new snapshot: it sees the key a concurrent transaction committed
+                # while the insert above waited for it.
+                await cur.execute(self.queries["job_submission_keys_held"],
+                                  {"keys": [s.key for s, new in zip(submissions, stored, strict=True) if not new]})
+                held = {row["key"]: row for row in await cur.fetchall()}
+                outcomes: list[Stored | KeyReused] = []
+                for submission, job_id, new in zip(submissions, job_ids, stored, strict=True):
+                    if new:
+                        outcomes.append(Stored(job_id))
+                    elif held[submission.key]["fingerprint"] == submission.fingerprint():
+                        outcomes.append(Stored(held[submission.key]["job_id"], True, held[submission.key]["status"]))
+                    else:
+                        outcomes.append(KeyReused(submission.key, held[submission.key]["job_id"]))
+                refused = next((outcome for outcome in outcomes if isinstance(outcome, KeyReused)), None)
+                if all_or_none and refused is not None:
+                    raise refused  # leaving the transaction's block with it rolls it back
+                return outcomes
 
     # -- claiming ---------------------------------------------------------------------------
 

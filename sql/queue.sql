@@ -31,6 +31,43 @@ WITH submitted AS (
 )
 SELECT inserted.* FROM inserted JOIN submitted USING (id) ORDER BY submitted.position;
 
+-- name: job_insert_keyed_batch
+-- Store submitted jobs, some with a client's idempotency key, in one statement, from parallel arrays
+-- (keys and fingerprints NULL for a job without a key). A key takes its job only if no other job holds
+-- it within the window; a job whose key is held is not stored (job_submission_keys_held then says
+-- whose it is). Concurrent statements with one key store one job: the second waits for the first's
+-- commit and finds the key held. Returns, per input position, whether its job was stored.
+WITH submitted AS (
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::jsonb[],
+                         %(max_attempts)s::integer[], %(keys)s::text[], %(fingerprints)s::text[])
+                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, key, fingerprint, position)
+), keyed AS (
+    INSERT INTO job_submission_keys AS held (key, job_id, fingerprint)
+    -- In key order: two statements holding the same keys lock them in one order, so neither deadlocks.
+    SELECT key, id, fingerprint FROM submitted WHERE key IS NOT NULL ORDER BY key
+    ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id, fingerprint = EXCLUDED.fingerprint,
+                                    created_at = now()
+        WHERE held.created_at < now() - make_interval(secs => %(window_seconds)s)
+    RETURNING job_id
+), inserted AS (
+    INSERT INTO jobs (id, kind, payload, max_attempts)
+    SELECT id, kind, payload, max_attempts FROM submitted
+    WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
+    ORDER BY position
+    RETURNING id
+), event AS (
+    INSERT INTO job_events (job_id, event, detail)
+    SELECT id, 'submitted', CASE WHEN key IS NOT NULL THEN 'idempotency key ' || key END
+    FROM submitted WHERE id IN (SELECT id FROM inserted)
+)
+SELECT id, id IN (SELECT id FROM inserted) AS stored FROM submitted ORDER BY position;
+
+-- name: job_submission_keys_held
+-- The job each of these keys names, what its first request asked for, and the job's status now.
+SELECT held.key, held.job_id, held.fingerprint, jobs.status
+FROM job_submission_keys AS held JOIN jobs ON jobs.id = held.job_id
+WHERE held.key = ANY(%(keys)s::text[]);
+
 -- name: job_select_due
 -- Due jobs, read without a lock (stage `skip-locked` off): two claimers can read the same rows.
 SELECT id FROM jobs

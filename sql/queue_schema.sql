@@ -59,3 +59,14 @@ CREATE TABLE IF NOT EXISTS job_events (
     detail  text
 );
 CREATE INDEX IF NOT EXISTS job_events_job ON job_events (job_id, at);
+
+-- A client's idempotency key (`Idempotency-Key`, or `submission_key` per job in a batch): one job per
+-- key, however often the request is retried. `fingerprint` is what the first request asked for; a
+-- repeat that asks for something else is refused. A key older than the API's window may name a new job.
+CREATE TABLE IF NOT EXISTS job_submission_keys (
+    key         text PRIMARY KEY,
+    job_id      uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    fingerprint text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS job_submission_keys_job ON job_submission_keys (job_id);

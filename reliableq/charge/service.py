@@ -10,8 +10,6 @@ limit can be injected for experiments (`ChargeFaults`). The worker's side is `re
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import random
 import time
 import uuid
@@ -28,6 +26,7 @@ from starlette.requests import ClientDisconnect
 
 from reliableq import db, sql
 from reliableq.charge.payload import check_charge
+from reliableq.payload import json_sha256
 
 _Q = sql.queries("charge")
 
@@ -83,10 +82,6 @@ class ChargeStats:
         # cpu_seconds: this process's CPU so far, so a benchmark can say what a charge costs the service.
         return {"in_flight": self.in_flight, "in_flight_peak": self.in_flight_peak,
                 "requests": sum(self.requests_by_job.values()), "cpu_seconds": time.process_time()}
-
-
-def _payload_sha256(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _parse_charge(body: Any) -> dict[str, Any]:
@@ -219,7 +214,7 @@ async def charge_once(conn, queries: Mapping[str, str], charge: dict[str, Any],
     """Create the charge for `key` once; a repeat returns the original or conflicts. The service's answer:
     (status code, body). `conn` autocommits in the service; the lab's exercise calls this inside a
     transaction it holds open, to force two requests with one key to overlap."""
-    sha = _payload_sha256(charge)
+    sha = json_sha256(charge)
     # Each statement commits on its own (the pool's connections autocommit): the charge and its
     # `created` log row are one statement; a repeat only reads and logs, so it needs no transaction.
     cur = conn.cursor(row_factory=dict_row)
