@@ -32,7 +32,7 @@ from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
 from reliableq.cli.logs import FORMATS, LEVELS, configure, level_for
 from reliableq.cli.operators import cmd_jobs, cmd_replay, cmd_submit
 from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
-from reliableq.config import DEFAULT_REPLAY_BUDGET, WorkerSettings
+from reliableq.config import DEFAULT_REPLAY_BUDGET, DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS
 from reliableq.lab.faults import CRASH_POINTS
@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-timeout", metavar="SECONDS", type=positive_float, default=None,
                    help="seconds a request waits for the database before it is answered 503 "
                         f"(default: RELIABLEQ_DB_TIMEOUT, else {db.DEFAULT_DB_TIMEOUT_SECONDS:g})")
+    p.add_argument("--idempotency-window", metavar="SECONDS", type=positive_float, default=None,
+                   help="seconds a submission's Idempotency-Key names its job; an older key names a new one "
+                        f"(default: RELIABLEQ_IDEMPOTENCY_WINDOW, else {DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS:g})")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_api)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from reliableq import db
 from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, positive_float, run_coroutine
-from reliableq.config import WorkerSettings
+from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.faults import FaultPlan
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -47,22 +47,28 @@ def cmd_api(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
-    db_timeout = args.db_timeout or _db_timeout_from_environment()
+    db_timeout = _seconds(args.db_timeout, "RELIABLEQ_DB_TIMEOUT", db.DEFAULT_DB_TIMEOUT_SECONDS)
+    key_window = _seconds(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
+                          DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
     databases = db.resolve()
     db.migrate(databases)
     mechanisms = mechanisms_from(args)
-    return _serve(create_api_app(databases.queue_url, mechanisms, api_token=token, db_timeout=db_timeout), "API",
-                  args.host, args.port, f" ({mechanisms.describe()})")
+    app = create_api_app(databases.queue_url, mechanisms, api_token=token, db_timeout=db_timeout,
+                         key_window=key_window)
+    return _serve(app, "API", args.host, args.port, f" ({mechanisms.describe()})")
 
 
-def _db_timeout_from_environment() -> float:
-    configured = os.environ.get("RELIABLEQ_DB_TIMEOUT")
+def _seconds(given: float | None, variable: str, default: float) -> float:
+    """An option's seconds: as given on the command line, else from the environment variable, else the default."""
+    if given is not None:
+        return given
+    configured = os.environ.get(variable)
     if configured is None:
-        return db.DEFAULT_DB_TIMEOUT_SECONDS
+        return default
     try:
         return positive_float(configured)
     except (ValueError, argparse.ArgumentTypeError):
-        raise UsageError(f"RELIABLEQ_DB_TIMEOUT must be a positive number of seconds, got {configured!r}") from None
+        raise UsageError(f"{variable} must be a positive number of seconds, got {configured!r}") from None
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:

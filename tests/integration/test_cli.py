@@ -138,6 +138,7 @@ def test_stage_that_holds_says_so_and_expects_nothing():
     pytest.param(["worker", "--lease", "nan"], id="nan-lease"),
     pytest.param(["chaos", "--fleet-limit", "2", "--off", "leases"], id="fleet-limit-without-leases"),
     pytest.param(["chaos", "--fleet-limit", "0"], id="zero-fleet-limit"),
+    pytest.param(["api", "--idempotency-window", "0"], id="zero-idempotency-window"),
 ])
 def test_bad_arguments_fail_with_one_line(args):
     """Bad arguments exit non-zero with one `error` line on stderr and no traceback."""
@@ -145,6 +146,13 @@ def test_bad_arguments_fail_with_one_line(args):
     result = reliableq(*args, env={"DATABASE_URL": UNREACHABLE})
     line = assert_one_line_error(result, exit_code=2)
     assert line.startswith("reliableq")
+
+
+@pytest.mark.parametrize("variable", ["RELIABLEQ_DB_TIMEOUT", "RELIABLEQ_IDEMPOTENCY_WINDOW"])
+def test_a_bad_seconds_variable_fails_with_one_line_naming_it(variable):
+    result = reliableq("api", env={"DATABASE_URL": UNREACHABLE, variable: "soon"})
+    line = assert_one_line_error(result, exit_code=2)
+    assert f"{variable} must be a positive number of seconds, got 'soon'" in line
 
 
 def test_unreachable_database_fails_with_one_clear_line():
