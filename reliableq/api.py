@@ -294,6 +294,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
                         return None  # a store left to a task nobody awaits: the crash ends that task, quietly
                     raise
             stored.append(await store())
+            if not answered.done():
+                await faults.reach("after_commit_before_ack", acknowledged, "api")
             return stored[0]
 
         running = asyncio.create_task(order(store_in_order, acknowledge_once))

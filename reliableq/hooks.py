@@ -23,6 +23,7 @@ POINTS = {
     "during_renewal": "queue: a lease renewal's update sent, its transaction not committed",
     "before_claim_update": "queue: a naive claimer between its read and its update (skip_locked off)",
     "after_ack_before_commit": "api: a 202 sent, the insert not committed (an order that stores after it)",
+    "after_commit_before_ack": "api: a submission committed, its 202 not sent (a client that never hears)",
 }
 
 

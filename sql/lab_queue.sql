@@ -94,3 +94,13 @@ SELECT count(*) AS waiting FROM pg_stat_activity WHERE datname = current_databas
 -- name: lab_session_blocked
 -- Whether the session with backend pid %(pid)s is waiting for a lock another session holds.
 SELECT cardinality(pg_blocking_pids(%(pid)s)) > 0 AS blocked;
+
+-- name: jobs_by_description
+-- Each job description with the jobs that carry it: the retrying client marks each of its requests
+-- with its own description, so this says how many jobs each request made.
+SELECT payload->>'description' AS description, array_agg(id ORDER BY created_at, id) AS job_ids
+FROM jobs GROUP BY 1;
+
+-- name: submission_keys_count
+-- How many client idempotency keys the queue holds.
+SELECT count(*) AS keys_held FROM job_submission_keys;

@@ -35,7 +35,7 @@ from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 from reliableq.config import DEFAULT_REPLAY_BUDGET, DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS
-from reliableq.lab.faults import CRASH_POINTS
+from reliableq.lab.faults import API_KILL_POINTS, CRASH_POINTS
 from reliableq.payload import DEFAULT_KIND, InvalidSubmission
 from reliableq.queue import STATUSES
 
@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-timeout", metavar="SECONDS", type=positive_float, default=None,
                    help="seconds a request waits for the database before it is answered 503 "
                         f"(default: RELIABLEQ_DB_TIMEOUT, else {db.DEFAULT_DB_TIMEOUT_SECONDS:g})")
+    p.add_argument("--crash-at", choices=API_KILL_POINTS,
+                   help="SIGKILL this process right after the first submission commits, before its 202 is sent")
     p.add_argument("--idempotency-window", metavar="SECONDS", type=positive_float, default=None,
                    help="seconds a submission's Idempotency-Key names its job; an older key names a new one "
                         f"(default: RELIABLEQ_IDEMPOTENCY_WINDOW, else {DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS:g})")

@@ -53,7 +53,10 @@ def cmd_api(args: argparse.Namespace) -> int:
     databases = db.resolve()
     db.migrate(databases)
     mechanisms = mechanisms_from(args)
-    app = create_api_app(databases.queue_url, mechanisms, api_token=token, db_timeout=db_timeout,
+    faults = FaultPlan()
+    if args.crash_at:
+        faults.arm_crash(args.crash_at, real_kill=True)
+    app = create_api_app(databases.queue_url, mechanisms, faults, api_token=token, db_timeout=db_timeout,
                          key_window=key_window)
     return _serve(app, "API", args.host, args.port, f" ({mechanisms.describe()})")
 

@@ -26,7 +26,9 @@ from reliableq.hooks import FaultHook, SimulatedCrash
 # Which of the core's points (reliableq.hooks.POINTS) each action may be armed at. Crashes: worker points,
 # in the order a job passes them, and the API's point between 202 and commit.
 CRASH_POINTS = ("after_claim_before_effect", "after_effect_before_finalize", "during_finalize",
-                "after_ack_before_commit")
+                "after_ack_before_commit", "after_commit_before_ack")
+# Where `reliableq api --crash-at` may kill the API: a committed submission whose 202 never leaves.
+API_KILL_POINTS = ("after_commit_before_ack",)
 # Pauses may also stop a naive claimer between its read and its update (stage `skip-locked`), hold a
 # handler inside its effect while its lease is renewed (a slow dependency), hold a group of successes
 # before their commit (a slow commit), or hold a renewal inside its transaction (a slow renewal).

@@ -34,6 +34,13 @@ class JobCounts:
         return asdict(self) | {"job_id": str(self.job_id)}
 
 
+async def read_rows(url: str, database: str, query: str, params: dict | None = None) -> list[dict]:
+    """The rows of a lab's named query (sql/<database>.sql) on a fresh connection: what any other process
+    would see right now."""
+    async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
+        return await (await conn.execute(sql.queries(database)[query], params)).fetchall()
+
+
 async def job_counts(databases: Databases) -> list[JobCounts]:
     """A, H, C and F of every job, oldest job first."""
     async with await psycopg.AsyncConnection.connect(databases.queue_url, row_factory=dict_row) as conn:

@@ -116,10 +116,10 @@ def free_port() -> int:
 
 
 async def spawn_server(databases: Databases, command: str, *extra: str, log_path: Path | None = None,
-                       timeout: float = READY_TIMEOUT_SECONDS) -> tuple[CliProcess, str]:
-    """Start `reliableq api` or `reliableq charge-service` on a free loopback port; return it and its URL
-    once `/healthz` answers 200."""
-    port = free_port()
+                       timeout: float = READY_TIMEOUT_SECONDS, port: int | None = None) -> tuple[CliProcess, str]:
+    """Start `reliableq api` or `reliableq charge-service` on `port` (default: a free loopback port; a
+    restarted server takes its predecessor's); return it and its URL once `/healthz` answers 200."""
+    port = port or free_port()
     server = spawn_cli(databases, command, command, "--host", "127.0.0.1", "--port", str(port), *extra,
                        log_path=log_path)
     url = f"http://127.0.0.1:{port}"

@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-import psycopg
-from psycopg.rows import dict_row
-
-from reliableq import sql
 from reliableq.db import Databases
 from reliableq.lab.faults import FaultPlan
+from reliableq.lab.ledger import read_rows
 
 
 @dataclass(frozen=True)
@@ -31,18 +28,13 @@ class Event:
         return asdict(self)
 
 
-async def _rows(url: str, database: str, query: str) -> list[dict]:
-    async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
-        return await (await conn.execute(sql.queries(database)[query])).fetchall()
-
-
 async def collect(databases: Databases, started: datetime, fault_plans: list[FaultPlan] = ()) -> list[Event]:
     """Every event of the experiment that began at `started`, in time order."""
     def since(at: datetime) -> float:
         return round((at - started).total_seconds(), 4)
 
     events: list[Event] = []
-    for a in await _rows(databases.queue_url, "lab_queue", "job_attempts_all"):
+    for a in await read_rows(databases.queue_url, "lab_queue", "job_attempts_all"):
         job, worker, attempt = str(a["job_id"]), a["worker_id"], a["attempt"]
         events.append(Event(since(a["claimed_at"]), job, worker, attempt, "claim", f"attempt {attempt}"))
         outcome = a["outcome"] or ""
@@ -53,7 +45,7 @@ async def collect(databases: Databases, started: datetime, fault_plans: list[Fau
                                 f"{outcome.removeprefix('lost_')} refused: stale lease token"))
         elif outcome and a["finished_at"]:
             events.append(Event(since(a["finished_at"]), job, worker, attempt, "finalize_won", outcome))
-    for r in await _rows(databases.charge_url, "lab_charge", "charge_requests_all"):
+    for r in await read_rows(databases.charge_url, "lab_charge", "charge_requests_all"):
         events.append(Event(since(r["received_at"]), str(r["job_id"]), "charge-service", None, "charge",
                             f"{r['outcome']} ({r['status_code']})"))
     for plan in fault_plans:
