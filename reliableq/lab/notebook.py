@@ -22,6 +22,7 @@ from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
+from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
 from reliableq.lab.scenario import ScenarioResult, job_label
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
@@ -153,6 +154,11 @@ def plot_measurement(key: str, *results: ScenarioResult, ylabel: str, title: str
     pd.Series({label(r): r.measurements[key] for r in results}).plot.bar(ax=ax, rot=0, ylabel=ylabel, title=title)
     fig.tight_layout()
     return fig
+
+
+def lost_answer_table(run: LostAnswerRun) -> pd.DataFrame:
+    """The retrying client's requests, one row each (notebook 02's last section)."""
+    return pd.DataFrame(run.per_request())
 
 
 def schedule_table(schedule: Sequence[ScheduledFault]) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from reliableq import db
 from reliableq.db import Databases
 from reliableq.lab.ledger import read_rows
 from reliableq.lab.processes import CliProcess, free_port, spawn_server, stop, wait_exit
@@ -70,6 +71,13 @@ class LostAnswerRun:
         """Requests that made more than one job: each would be charged more than once."""
         return [request.description for request in self.requests
                 if len(self.jobs_by_request.get(request.description, [])) > 1]
+
+    def per_request(self) -> list[dict]:
+        """One row per client request: whether it was retried, how many jobs it made, and what its 202 gave."""
+        return [{"request": request.description, "retried": request.tries > 1,
+                 "jobs stored": len(self.jobs_by_request.get(request.description, [])),
+                 "answered with": "the job an earlier try made" if request.replayed else "a new job"}
+                for request in self.requests]
 
     def summary(self) -> list[str]:
         """A few lines a learner reads: what was sent, heard and stored, and the verdict."""
@@ -172,3 +180,10 @@ async def run_lost_answer(databases: Databases, *, with_keys: bool, requests: in
                 for request in sent if request.answer
                 and uuid.UUID(request.answer["id"]) not in jobs_by_request.get(request.description, [])]
     return LostAnswerRun(with_keys, sent, jobs_by_request, held["keys_held"], len(started) - 1, problems)
+
+
+async def demonstrate(with_keys: bool, requests: int = 6, seed: int = 1) -> LostAnswerRun:
+    """`run_lost_answer` on fresh databases, one request at a time: exactly one try commits unanswered
+    (the first), so every run tells the same story (notebook 02)."""
+    with db.scratch_databases("rq_lost_answer") as databases:
+        return await run_lost_answer(databases, with_keys=with_keys, requests=requests, seed=seed)
