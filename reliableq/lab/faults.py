@@ -78,6 +78,9 @@ class FaultPlan(FaultHook):
                   real_kill: bool = False) -> None:
         """Crash the worker the next `times` times it reaches `point` (SIGKILL if `real_kill`)."""
         self._check(point, CRASH_POINTS)
+        if point in API_KILL_POINTS and not real_kill:
+            # In process there is no connection to drop: the client would hear an answer, not silence.
+            raise ValueError(f"{point} loses an answer only with a real kill (real_kill=True)")
         self.armed.setdefault(point, []).append(
             _Armed("kill" if real_kill else "crash", times, job_filter))
 
