@@ -65,6 +65,9 @@ class WorkerSettings:
     concurrency: int = 8  # permits: jobs handled at once (with the semaphore on)
     lease_seconds: float = 30.0  # lease length; renewed every lease_seconds / 3
     poll_seconds: float = 0.2  # idle wait between claims when nothing was due
+    # Claim as soon as a submission commits (LISTEN on a connection of its own, reliableq/wake.py); the
+    # poll stays the fallback. Off: only the poll finds new jobs.
+    wake_on_submit: bool = True
     unbounded_claim_limit: int = 1000  # how many jobs one claim takes with the semaphore off
     charge_timeout_seconds: float = 5.0  # no answer by then: the outcome is ambiguous
     backoff_base_seconds: float = 0.5  # first retry delay cap; doubles per attempt

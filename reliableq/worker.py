@@ -34,6 +34,7 @@ from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
 from reliableq.permits import ClaimPermits, Permits
 from reliableq.queue import Job, Queue
+from reliableq.wake import listen_for_submissions
 
 log = logging.getLogger("reliableq.worker")
 FINALIZE_TRIES = 4  # a finalize that meets a database error is tried again, 0.1 s, 0.2 s, 0.4 s later
@@ -119,6 +120,8 @@ class Worker:
         """Claim and handle jobs until stopped or crashed; returns what this worker did."""
         log.info("worker %s started (%s)", self.worker_id, self.mechanisms.describe(),
                  extra={"worker_id": self.worker_id})
+        listener = (asyncio.create_task(listen_for_submissions(self.queue.pool, self._wake.set, self.worker_id))
+                    if self.settings.wake_on_submit else None)
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
@@ -128,7 +131,7 @@ class Worker:
                 for job in jobs:
                     self._start(job)
                 if not jobs or self._claim_limit() <= 0:
-                    # Idle or full: wait for a poll tick, a finished handler, or a stop.
+                    # Idle or full: wait for a poll tick, a submission, a finished handler, or a stop.
                     try:
                         await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
                     except TimeoutError:
@@ -137,6 +140,10 @@ class Worker:
         except SimulatedCrash as crash:
             self._die(crash)
             return self.stats
+        finally:
+            if listener is not None:
+                listener.cancel()
+                await asyncio.wait({listener})  # its connection closed before the worker says it stopped
         log.info("worker %s stopped: %s", self.worker_id, self.stats.summary(), extra={"worker_id": self.worker_id})
         return self.stats
 

@@ -32,6 +32,16 @@ CREATE INDEX IF NOT EXISTS jobs_pending_run_at ON jobs (run_at) WHERE status = '
 CREATE INDEX IF NOT EXISTS jobs_running_lease ON jobs (lease_expires_at) WHERE status = 'RUNNING';
 CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
 
+-- Wake on submit (reliableq/wake.py, whose CHANNEL this names): a statement that inserts jobs tells the
+-- listening workers, once however many rows, and PostgreSQL delivers it only when the insert commits.
+CREATE OR REPLACE FUNCTION reliableq_notify_submitted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('reliableq_jobs_submitted', '');
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER jobs_notify_submitted AFTER INSERT ON jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION reliableq_notify_submitted();
+
 -- One row per claim. Finalize outcomes are written here by lease token, including the ones a
 -- fenced update lost, so a stale owner's defeat is on record rather than silently dropped.
 CREATE TABLE IF NOT EXISTS job_attempts (

@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=positive_int, default=WORKER.concurrency, help="jobs handled at once")
     p.add_argument("--lease", type=positive_float, default=WORKER.lease_seconds, help="lease length in seconds")
     p.add_argument("--poll", type=positive_float, default=WORKER.poll_seconds, help="idle poll interval in seconds")
+    p.add_argument("--poll-only", action="store_true",
+                   help="find new jobs only by polling (no LISTEN connection): a submission waits for the next poll")
     p.add_argument("--charge-timeout", type=positive_float, default=WORKER.charge_timeout_seconds,
                    help="seconds to wait for the charge service")
     p.add_argument("--grace", type=non_negative_float, default=WORKER.shutdown_grace_seconds,

@@ -89,7 +89,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     check_fleet_limit(args.fleet_limit, mechanisms)
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
                               charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
-                              backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit)
+                              backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit,
+                              wake_on_submit=not args.poll_only)
     faults = FaultPlan()
     if args.crash_at:
         faults.arm_crash(args.crash_at, real_kill=True)

@@ -1,0 +1,86 @@
+"""Wake on submit (reliableq/wake.py) against real PostgreSQL: a submission's commit wakes an idle
+worker, which claims at once rather than at its next poll; a notification means a committed job; a
+listener whose connection is lost hears again; and with wake off only the poll finds a job."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from reliableq import sql
+from reliableq.lab.harness import fast_settings, local_system
+from reliableq.lab.waiting import wait_until
+from reliableq.payload import Submission
+from reliableq.wake import CHANNEL, RECONNECT_SECONDS
+
+pytestmark = pytest.mark.anyio
+
+# Long enough that a claim within WAKE_BOUND_SECONDS can only have come from a notification.
+POLL_SECONDS = 60.0
+# Generous, for a loaded CI machine: a notification is heard in milliseconds (the benchmark measures it).
+WAKE_BOUND_SECONDS = 3.0
+NOOP = Submission(payload={}, kind="noop")
+
+
+async def idle_worker(system, wake_on_submit: bool):
+    """A worker that has made its first claim (finding nothing) and now waits out its long poll."""
+    worker = system.worker(fast_settings(poll_seconds=POLL_SECONDS, wake_on_submit=wake_on_submit))
+    system.start_worker(worker)
+    await wait_until(lambda: worker.stats.claim_calls >= 1, 5, "the worker's first claim")
+    return worker
+
+
+async def test_a_submission_wakes_an_idle_worker_long_before_its_poll(databases):
+    async with local_system(databases=databases, api=False, charge=False) as system:
+        worker = await idle_worker(system, wake_on_submit=True)
+        for _ in range(3):  # each one wakes it: the listener keeps listening
+            job = await system.submit_direct(NOOP)
+            await system.wait_for_status(job.id, {"SUCCEEDED"}, timeout=WAKE_BOUND_SECONDS)
+        assert worker.stats.succeeded == 3
+        await system.stop_workers()
+
+
+async def test_without_wake_a_submission_waits_for_the_poll(databases):
+    """The failure wake-on-submit removes: the job sits PENDING while the worker sleeps out its poll."""
+    async with local_system(databases=databases, api=False, charge=False) as system:
+        await idle_worker(system, wake_on_submit=False)
+        job = await system.submit_direct(NOOP)
+        with pytest.raises(TimeoutError):
+            await system.wait_for_status(job.id, {"RUNNING", "SUCCEEDED"}, timeout=WAKE_BOUND_SECONDS)
+        await system.stop_workers()
+
+
+async def test_a_worker_whose_listener_is_cut_off_hears_again(databases):
+    async with local_system(databases=databases, api=False, charge=False) as system:
+        await idle_worker(system, wake_on_submit=True)
+        async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as admin:
+            async def listener_pid() -> int | None:
+                row = await (await admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+                )).fetchone()
+                return row and row[0]
+            await wait_until(listener_pid, 5, "the worker's LISTEN session")
+            await admin.execute("SELECT pg_terminate_backend(%s)", (await listener_pid(),))
+            job = await system.submit_direct(NOOP)  # while the listener is gone: found on its reconnect
+            await system.wait_for_status(job.id, {"SUCCEEDED"}, timeout=RECONNECT_SECONDS + WAKE_BOUND_SECONDS)
+            later = await system.submit_direct(NOOP)  # and heard again once it listens
+            await system.wait_for_status(later.id, {"SUCCEEDED"}, timeout=WAKE_BOUND_SECONDS)
+        await system.stop_workers()
+
+
+async def test_a_notification_comes_only_with_the_commit_of_an_insert(databases):
+    async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as listener, \
+            await psycopg.AsyncConnection.connect(databases.queue_url) as writer:
+        await listener.execute(f"LISTEN {CHANNEL}")
+        await writer.execute("INSERT INTO jobs (payload) VALUES ('{}'), ('{}')")
+        assert [n async for n in listener.notifies(timeout=0.3)] == []  # not committed: nothing heard
+        await writer.rollback()
+        assert [n async for n in listener.notifies(timeout=0.3)] == []  # rolled back: never heard
+        await writer.execute("INSERT INTO jobs (payload) VALUES ('{}'), ('{}')")
+        await writer.commit()
+        heard = [n async for n in listener.notifies(timeout=1.0)]
+        assert [n.channel for n in heard] == [CHANNEL]  # one per statement, however many rows
+
+
+def test_the_schema_notifies_the_channel_the_workers_listen_on():
+    assert f"pg_notify('{CHANNEL}'" in sql.schema("queue")
