@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from reliableq import db
-from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, positive_float, run_coroutine
+from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine, seconds_from
 from reliableq.config import WorkerSettings
 from reliableq.lab.faults import FaultPlan
 
@@ -47,22 +47,12 @@ def cmd_api(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
-    db_timeout = args.db_timeout or _db_timeout_from_environment()
+    db_timeout = seconds_from(args.db_timeout, "RELIABLEQ_DB_TIMEOUT", db.DEFAULT_DB_TIMEOUT_SECONDS)
     databases = db.resolve()
     db.migrate(databases)
     mechanisms = mechanisms_from(args)
     return _serve(create_api_app(databases.queue_url, mechanisms, api_token=token, db_timeout=db_timeout), "API",
                   args.host, args.port, f" ({mechanisms.describe()})")
-
-
-def _db_timeout_from_environment() -> float:
-    configured = os.environ.get("RELIABLEQ_DB_TIMEOUT")
-    if configured is None:
-        return db.DEFAULT_DB_TIMEOUT_SECONDS
-    try:
-        return positive_float(configured)
-    except (ValueError, argparse.ArgumentTypeError):
-        raise UsageError(f"RELIABLEQ_DB_TIMEOUT must be a positive number of seconds, got {configured!r}") from None
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
@@ -80,7 +70,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     check_fleet_limit(args.fleet_limit, mechanisms)
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
                               charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
-                              backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit)
+                              backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit,
+                              db_wait_seconds=seconds_from(args.db_wait, "RELIABLEQ_DB_WAIT",
+                                                       WorkerSettings().db_wait_seconds))
     faults = FaultPlan()
     if args.crash_at:
         faults.arm_crash(args.crash_at, real_kill=True)
