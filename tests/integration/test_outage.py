@@ -273,22 +273,27 @@ async def test_a_hung_database_is_answered_503_within_db_timeout_and_the_api_res
 
 async def test_without_a_hold_bound_a_query_waits_on_a_hung_database_until_it_runs_again(own_server):
     """The mechanism off (hold_seconds None, psycopg's behaviour): a query on a frozen server is still
-    waiting well past the bound. On (hold_seconds): NoAnswer within the bound."""
+    waiting well past the bound, and so is one whose task was cancelled at the bound (psycopg then asks
+    the same frozen server to cancel it, and waits). On (hold_seconds): NoAnswer within the bound."""
     bounded = await db.open_pool_checked(own_server.url, max_size=1, hold_seconds=DB_TIMEOUT_SECONDS)
-    unbounded = await db.open_pool_checked(own_server.url, max_size=1)
+    unbounded = await db.open_pool_checked(own_server.url, max_size=2, min_size=2)  # both tasks mid-query
     try:
         own_server.freeze()
         try:
             started = time.monotonic()
             waiting = asyncio.create_task(Queue(unbounded, Mechanisms()).counts())
+            cancelled = asyncio.create_task(Queue(unbounded, Mechanisms()).counts())
             with pytest.raises(db.NoAnswer, match="no answer from the database within 1 s"):
                 await Queue(bounded, Mechanisms()).counts()
             bounded_seconds = time.monotonic() - started
-            done, _ = await asyncio.wait({waiting}, timeout=MARGIN_SECONDS)
+            cancelled.cancel()
+            done, _ = await asyncio.wait({waiting, cancelled}, timeout=MARGIN_SECONDS)
         finally:
             own_server.thaw()
-        assert not done, "the unbounded query ended while the server was frozen"
+        assert not done, "a query without the bound ended while the server was frozen"
         assert set(await waiting) == set(STATUSES)  # answered once the server runs again
+        await asyncio.wait({cancelled})
+        assert cancelled.cancelled()
         assert set(await Queue(bounded, Mechanisms()).counts()) == set(STATUSES)  # on a fresh connection
     finally:
         await bounded.close()
