@@ -289,8 +289,9 @@ class BoundedPool(AsyncConnectionPool):
 
 
 def _shut_down(conn: psycopg.AsyncConnection) -> bool:
-    """End `conn`'s TCP connection under libpq's feet; whether there was one to end. Through a duplicate
-    of its descriptor: shutdown() acts on the connection, and closing the duplicate leaves libpq's own."""
+    """End `conn`'s socket connection (TCP or Unix, as the embedded server's) under libpq's feet; whether
+    there was one to end. Through a duplicate of its descriptor: shutdown() acts on the connection, and
+    closing the duplicate leaves libpq's own descriptor alone."""
     if conn.closed:
         return False
     with socket.fromfd(conn.pgconn.socket, socket.AF_INET, socket.SOCK_STREAM) as duplicate:
@@ -313,7 +314,9 @@ def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transacti
     `db_timeout_seconds`: how long a caller waits for a connection (then PoolTimeout, an
     OperationalError) and, rounded up, how long one connection attempt may take.
     `hold_seconds`: how long a caller may hold a connection before it is hung up (then NoAnswer, an
-    OperationalError); None for callers that hold one across waits of their own (a worker's fault points)."""
+    OperationalError). A slow statement is hung up as a hung server's is, so it must exceed what the
+    caller's statements take; None for callers that hold one across waits of their own (a worker's fault
+    points, the chaos runs' lock waits)."""
     connect_seconds = min(CONNECT_TIMEOUT_SECONDS, math.ceil(db_timeout_seconds))
     kwargs: dict = {"autocommit": True, "connect_timeout": connect_seconds}
     settings = {"idle_in_transaction_session_timeout": idle_in_transaction_seconds,
