@@ -300,3 +300,22 @@ async def test_without_a_hold_bound_a_query_waits_on_a_hung_database_until_it_ru
         await unbounded.close()
     print(f"the bounded query gave up after {bounded_seconds:.3f} s")
     assert DB_TIMEOUT_SECONDS <= bounded_seconds < DB_TIMEOUT_SECONDS + MARGIN_SECONDS
+
+
+async def test_a_statement_held_past_the_bound_is_hung_up_on_the_default_server_too(databases):
+    """On the default server (the embedded one's Unix socket, unless DATABASE_URL says otherwise) a statement
+    still running at the bound, a slow one here, is hung up the same way; the next caller gets a fresh
+    connection that answers."""
+    pool = await db.open_pool_checked(databases.queue_url, max_size=1, hold_seconds=DB_TIMEOUT_SECONDS)
+    try:
+        started = time.monotonic()
+        with pytest.raises(db.NoAnswer):
+            async with pool.connection() as conn:
+                await conn.execute("SELECT pg_sleep(30)")
+        hung_up_seconds = time.monotonic() - started
+        async with pool.connection() as conn:
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await pool.close()
+    print(f"a 30 s statement was hung up after {hung_up_seconds:.3f} s")
+    assert DB_TIMEOUT_SECONDS <= hung_up_seconds < DB_TIMEOUT_SECONDS + MARGIN_SECONDS
