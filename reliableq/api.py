@@ -171,7 +171,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
     `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`).
     `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says.
-    `db_timeout`: seconds a request waits for a database connection before it is answered 503.
+    `db_timeout`: seconds a request waits for a database connection, and then for the database's answer
+    (a hung server's), before it is answered 503.
     `key_window`: seconds a submission's idempotency key names its job; an older key names a new one."""
     faults = faults or FaultHook()
     order = order or shipped_order(mechanisms)
@@ -179,7 +180,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        pool = await db.open_pool_checked(database_url, max_size=pool_size, db_timeout_seconds=db_timeout)
+        pool = await db.open_pool_checked(database_url, max_size=pool_size, db_timeout_seconds=db_timeout,
+                                          hold_seconds=db_timeout)
         app.state.queue = queue = Queue(pool, mechanisms, faults)
 
         async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused | None]:

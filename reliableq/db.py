@@ -8,15 +8,17 @@ server; the charge service's boundary is its database. This module does not deci
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import os
 import re
 import select
+import socket
 import uuid
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,11 @@ RECONNECT_GIVE_UP_SECONDS = 1.0
 
 class DatabaseUnavailable(RuntimeError):
     """The database server cannot be reached or refused us; the message says what to do."""
+
+
+class NoAnswer(psycopg.OperationalError):
+    """A connection was held past its pool's `hold_seconds` (a hung server: it accepts, never answers), so
+    the pool hung it up. What it was asked may still take effect once the server runs again."""
 
 
 @dataclass(frozen=True)
@@ -242,9 +249,62 @@ def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])  # Windows: no poll(), and its select() has no such limit
 
 
+class BoundedPool(AsyncConnectionPool):
+    """A pool whose lent connections are hung up once held `hold_seconds` (None: never).
+
+    A stopped server refuses or drops connections, and the pool's wait bounds that; a hung one (frozen,
+    or a proxy whose server is gone) keeps them open and never answers, and neither the kernel (it acks
+    what was sent, and keepalives) nor psycopg bounds the wait for an answer. Cancelling the waiting task
+    is no bound either: psycopg then sends a cancel request to the same hung server and waits for the
+    query to end, up to 5 s each in current releases, without end before psycopg#1371. Shutting it down
+    (the socket) makes libpq fail the statement at once, and the connection, closed, is never lent again
+    (the pool replaces it). Boundary: the server may still carry out what it was asked once it runs again."""
+
+    def __init__(self, *args, hold_seconds: float | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold_seconds = hold_seconds
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
+        async with super().connection(timeout) as conn:
+            if self.hold_seconds is None:
+                yield conn
+                return
+            hung_up = False
+
+            def hang_up() -> None:
+                nonlocal hung_up
+                hung_up = _shut_down(conn)
+
+            watchdog = asyncio.get_running_loop().call_later(self.hold_seconds, hang_up)
+            try:
+                yield conn
+            except psycopg.Error as error:
+                if hung_up:
+                    raise NoAnswer(f"no answer from the database within {self.hold_seconds:g} s: hung up "
+                                   "(what it was asked may still take effect)") from error
+                raise
+            finally:
+                watchdog.cancel()
+
+
+def _shut_down(conn: psycopg.AsyncConnection) -> bool:
+    """End `conn`'s socket connection (TCP or Unix, as the embedded server's) under libpq's feet; whether
+    there was one to end. Through a duplicate of its descriptor: shutdown() acts on the connection, and
+    closing the duplicate leaves libpq's own descriptor alone."""
+    if conn.closed:
+        return False
+    with socket.fromfd(conn.pgconn.socket, socket.AF_INET, socket.SOCK_STREAM) as duplicate:
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        except OSError:  # ENOTCONN: the peer reset it already, and libpq has its error to report
+            return False
+    return True
+
+
 def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transaction_seconds: float | None = None,
               statement_seconds: float | None = None,
-              db_timeout_seconds: float = POOL_WAIT_SECONDS) -> AsyncConnectionPool:
+              db_timeout_seconds: float = POOL_WAIT_SECONDS, hold_seconds: float | None = None) -> BoundedPool:
     """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
     at once, so no transaction is ever left open by accident. Open it with `await pool.open()`.
     `idle_in_transaction_seconds`: the server ends a session whose transaction sits idle this long. A
@@ -252,7 +312,11 @@ def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transacti
     row locked, and no other worker could reclaim the job however long ago its lease ran out.
     `statement_seconds`: the server cancels a statement that runs this long (a lock wait included).
     `db_timeout_seconds`: how long a caller waits for a connection (then PoolTimeout, an
-    OperationalError) and, rounded up, how long one connection attempt may take."""
+    OperationalError) and, rounded up, how long one connection attempt may take.
+    `hold_seconds`: how long a caller may hold a connection before it is hung up (then NoAnswer, an
+    OperationalError). A slow statement is hung up as a hung server's is, so it must exceed what the
+    caller's statements take; None for callers that hold one across waits of their own (a worker's fault
+    points, the chaos runs' lock waits)."""
     connect_seconds = min(CONNECT_TIMEOUT_SECONDS, math.ceil(db_timeout_seconds))
     kwargs: dict = {"autocommit": True, "connect_timeout": connect_seconds}
     settings = {"idle_in_transaction_session_timeout": idle_in_transaction_seconds,
@@ -260,18 +324,20 @@ def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transacti
     options = [f"-c {name}={max(int(seconds * 1000), 1)}" for name, seconds in settings.items() if seconds is not None]
     if options:
         kwargs["options"] = " ".join(options)
-    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs,
-                               timeout=db_timeout_seconds, reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
-                               check=_check_unless_quiet)
+    return BoundedPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs,
+                       timeout=db_timeout_seconds, reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
+                       check=_check_unless_quiet, hold_seconds=hold_seconds)
 
 
 async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
                             idle_in_transaction_seconds: float | None = None,
                             statement_seconds: float | None = None,
-                            db_timeout_seconds: float = POOL_WAIT_SECONDS) -> AsyncConnectionPool:
+                            db_timeout_seconds: float = POOL_WAIT_SECONDS,
+                            hold_seconds: float | None = None) -> BoundedPool:
     """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
     pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds,
-                     statement_seconds=statement_seconds, db_timeout_seconds=db_timeout_seconds)
+                     statement_seconds=statement_seconds, db_timeout_seconds=db_timeout_seconds,
+                     hold_seconds=hold_seconds)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
     except Exception as error:  # PoolTimeout hides the real reason; connect once to report it

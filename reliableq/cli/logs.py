@@ -1,5 +1,5 @@
 """How the `reliableq` processes log: the level each command starts at, text or JSON lines on stderr, and
-the driver's reconnect noise summarised.
+an outage's repeated warnings (the driver's reconnects, a worker's failed claims) summarised.
 
 Long-running commands (api, worker, charge-service) log at INFO by default: their lifecycle, and the
 warnings an operator acts on (a lost lease, a refused finalize, a failed claim). Short-lived commands log
@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -39,31 +40,52 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
-class ConnectionErrorSummary(logging.Filter):
-    """psycopg_pool logs a WARNING per failed connection attempt, so a database outage becomes a line per
-    attempt per pool slot. Let the first one through, drop the rest for `window_seconds`, and say how many
-    were dropped on the first one after the window. Boundary: the count of the last window of an outage
-    is told only if another connection error follows it."""
+@dataclass(frozen=True)
+class Repeated:
+    """Records that repeat once per attempt while the database is out: those of `logger` whose message
+    template starts with `prefix`; a summary counts them as `what`."""
 
-    def __init__(self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+    logger: str
+    prefix: str
+    what: str
+
+
+# psycopg_pool warns per failed connection attempt per pool slot; a worker warns per failed claim, at
+# every poll (5 a second by default).
+SUMMARISED = (Repeated("psycopg.pool", "error connecting", "connection errors"),
+              Repeated("reliableq.worker", "worker %s could not claim", "failed claims"))
+
+
+class RepeatSummary(logging.Filter):
+    """An outage makes each of the `repeated` kinds of record a line per attempt. Of each kind, let the
+    first through, drop the rest for `window_seconds`, and say how many were dropped on the first one
+    after the window. Boundary: the count of the last window of an outage is told only if another record
+    of its kind follows it."""
+
+    def __init__(self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 repeated: tuple[Repeated, ...] = SUMMARISED) -> None:
         super().__init__()
         self.window_seconds = window_seconds
         self.clock = clock
-        self.window_started: float | None = None
-        self.dropped = 0
+        self.repeated = repeated
+        self.window_started: dict[Repeated, float] = {}
+        self.dropped: dict[Repeated, int] = dict.fromkeys(repeated, 0)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not (record.name == "psycopg.pool" and str(record.msg).startswith("error connecting")):
+        kind = next((kind for kind in self.repeated
+                     if record.name == kind.logger and str(record.msg).startswith(kind.prefix)), None)
+        if kind is None:
             return True
         now = self.clock()
-        if self.window_started is not None and now - self.window_started < self.window_seconds:
-            self.dropped += 1
+        started = self.window_started.get(kind)
+        if started is not None and now - started < self.window_seconds:
+            self.dropped[kind] += 1
             return False
-        if self.dropped:
-            record.msg = f"{record.getMessage()} ({self.dropped} more connection errors in the last " \
+        if self.dropped[kind]:
+            record.msg = f"{record.getMessage()} ({self.dropped[kind]} more {kind.what} in the last " \
                          f"{self.window_seconds:g} s)"
             record.args = ()
-        self.window_started, self.dropped = now, 0
+        self.window_started[kind], self.dropped[kind] = now, 0
         return True
 
 
@@ -80,7 +102,7 @@ def configure(level: int, log_format: str) -> logging.Handler:
     """Route every record at `level` or above to stderr, one line each, in `log_format`."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
-    handler.addFilter(ConnectionErrorSummary())
+    handler.addFilter(RepeatSummary())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     if level > logging.DEBUG:
         for name in CHATTY_LIBRARIES:

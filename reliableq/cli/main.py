@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-id", help="name of this worker (default: host-pid-n)")
     p.add_argument("--fleet-limit", type=positive_int,
                    help="jobs in flight across every worker of this database (enforced in PostgreSQL)")
+    p.add_argument("--db-wait", metavar="SECONDS", type=positive_float, default=None,
+                   help="seconds a claim or a finalize waits for a database connection before it fails and is "
+                        f"tried again (default: RELIABLEQ_DB_WAIT, else {WORKER.db_wait_seconds:g})")
     p.add_argument("--crash-at", choices=CRASH_POINTS[:3], help="SIGKILL this process the first time it gets there")
     p.add_argument("--status-file", metavar="PATH",
                    help='keep a JSON file of this worker\'s state: {"state": "running"}, then its stats when it stops')

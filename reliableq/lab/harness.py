@@ -82,6 +82,9 @@ class LocalSystem:
         with `start_worker`, or `await worker.run()`."""
         if self.worker_pool is None:
             raise RuntimeError("this system was started without a pool for in-process workers")
+        if settings.db_wait_seconds != self.worker_pool.timeout:
+            raise ValueError(f"db_wait_seconds={settings.db_wait_seconds:g}: the in-process workers share one "
+                             f"pool, which waits {self.worker_pool.timeout:g} s for a connection")
         m = mechanisms or self.mechanisms
         queue = Queue(self.worker_pool, m, faults, self.pieces.queue_queries)
         if handlers is None:
@@ -255,8 +258,11 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         if worker_pool_size:
             # A learner's SQL that waits for a lock or never ends is cancelled with PostgreSQL's own message.
             limit = LEARNER_STATEMENT_SECONDS if pieces.queue_queries else None
+            # Its workers wait for a connection as `reliableq worker` does, not psycopg_pool's 30 s: a claim
+            # waiting when an outage ends gives way soon to a new one, served by a fresh connection.
             worker_pool = await db.open_pool_checked(databases.queue_url, max_size=worker_pool_size,
-                                                     statement_seconds=limit)
+                                                     statement_seconds=limit,
+                                                     db_timeout_seconds=WorkerSettings().db_wait_seconds)
             stack.push_async_callback(worker_pool.close)
         http = httpx.AsyncClient(timeout=10)
         stack.push_async_callback(http.aclose)

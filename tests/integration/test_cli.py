@@ -136,6 +136,8 @@ def test_stage_that_holds_says_so_and_expects_nothing():
     pytest.param(["submit", "--kind", "mystery"], id="unknown-kind"),
     pytest.param(["worker", "--grace", "-1"], id="negative-grace"),
     pytest.param(["worker", "--lease", "nan"], id="nan-lease"),
+    pytest.param(["worker", "--db-wait", "0"], id="zero-db-wait"),
+    pytest.param(["api", "--db-timeout", "-1"], id="negative-db-timeout"),
     pytest.param(["chaos", "--fleet-limit", "2", "--off", "leases"], id="fleet-limit-without-leases"),
     pytest.param(["chaos", "--fleet-limit", "0"], id="zero-fleet-limit"),
     pytest.param(["api", "--idempotency-window", "0"], id="zero-idempotency-window"),
@@ -148,11 +150,14 @@ def test_bad_arguments_fail_with_one_line(args):
     assert line.startswith("reliableq")
 
 
-@pytest.mark.parametrize("variable", ["RELIABLEQ_DB_TIMEOUT", "RELIABLEQ_IDEMPOTENCY_WINDOW"])
-def test_a_bad_seconds_variable_fails_with_one_line_naming_it(variable):
-    result = reliableq("api", env={"DATABASE_URL": UNREACHABLE, variable: "soon"})
+@pytest.mark.parametrize(("command", "variable"), [("worker", "RELIABLEQ_DB_WAIT"), ("api", "RELIABLEQ_DB_TIMEOUT"),
+                                                   ("api", "RELIABLEQ_IDEMPOTENCY_WINDOW")])
+def test_a_bad_seconds_variable_in_the_environment_fails_with_one_line(command, variable):
+    """Seconds set in the environment, not a positive number: one line naming the variable, exit 2,
+    before any connection is tried."""
+    result = reliableq(command, env={"DATABASE_URL": UNREACHABLE, variable: "soon"})
     line = assert_one_line_error(result, exit_code=2)
-    assert f"{variable} must be a positive number of seconds, got 'soon'" in line
+    assert line == f"reliableq: error: {variable} must be a positive number of seconds, got 'soon'"
 
 
 def test_unreachable_database_fails_with_one_clear_line():

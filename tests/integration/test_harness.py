@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from reliableq.charge.service import ChargeFaults
+from reliableq.config import WorkerSettings
 from reliableq.lab import harness, processes
 from reliableq.lab.harness import local_system
 from reliableq.lab.pieces import LEARNER_STATEMENT_SECONDS, SHIPPED, Pieces
@@ -73,3 +74,13 @@ async def test_a_learners_charge_query_that_never_ends_is_cancelled(databases, m
         response = await system.http.post(f"{system.charge_url}/v1/charges", headers={"Idempotency-Key": "k-1"},
                                           json={"job_id": str(uuid.uuid4()), "amount_cents": 1250, "currency": "USD"})
     assert response.status_code >= 500
+
+
+async def test_in_process_workers_wait_for_a_connection_as_a_worker_process_does(databases):
+    """The workers' pool waits WorkerSettings.db_wait_seconds (as `reliableq worker` does), not
+    psycopg_pool's 30 s; a worker asking for another wait is refused, not silently given this one."""
+    async with local_system(databases=databases, api=False, charge=False) as system:
+        assert system.worker_pool.timeout == WorkerSettings().db_wait_seconds == 1.0
+        with pytest.raises(ValueError, match="db_wait_seconds=5: the in-process workers share one pool, "
+                                             "which waits 1 s for a connection"):
+            system.worker(WorkerSettings(db_wait_seconds=5))

@@ -3,7 +3,9 @@ binaries, its own data folder and port), stopped and started again under a runni
 While it is down, submissions are answered 503 with Retry-After within the API's --db-timeout and store
 nothing, liveness stays 200 and readiness turns 503 within a second; once it is back, a submission
 succeeds within about a second; the API logs one line per refusal and no traceback. A worker that
-failed to claim through the outage claims again within about a second of the server's return."""
+failed to claim through the outage claims again within about a second of the server's return. A hung
+server (every process of it SIGSTOPped: it accepts, and never answers) is answered 503 within the same
+bound: the pool hangs up a connection held that long, and never lends it again."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 import httpx
@@ -26,7 +30,7 @@ from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry, noop
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
-from reliableq.queue import Queue
+from reliableq.queue import STATUSES, Queue
 from reliableq.worker import Worker
 from tests.conftest import serve
 
@@ -73,6 +77,24 @@ class OwnServer:
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def freeze(self) -> None:
+        """Hang the server: it keeps accepting connections (the kernel does that) and answers nothing. The
+        postmaster first, so that it forks no process the loop below would miss."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)
+        self.frozen = [postmaster, *self._children(postmaster)]
+        for pid in self.frozen[1:]:
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """The postmaster last: until it runs, a child that exits stays a zombie (its pid still signalable)."""
+        for pid in reversed(self.frozen):
+            os.kill(pid, signal.SIGCONT)
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +148,8 @@ async def test_an_outage_is_answered_503_at_once_and_submissions_resume_within_a
         finally:
             own_server.start()
         back = time.monotonic()
-        accepted = await wait_until(lambda: _accepted(api), 10, "a submission to be accepted again",
-                                    interval=0.05)
+        accepted = await wait_until(lambda: _answered(api.post("/v1/jobs", json=CHARGE)), 10,
+                                    "a submission to be accepted again", interval=0.05)
         resumed_seconds = time.monotonic() - back
         assert (await api.get("/health/ready")).status_code == 200
     refused_seconds = max(seconds for _, seconds in refusals)
@@ -152,12 +174,13 @@ async def test_an_outage_is_answered_503_at_once_and_submissions_resume_within_a
     assert not [r for r in api_log.records if r.exc_info or "Traceback" in r.getMessage()]
 
 
-async def _accepted(api: httpx.AsyncClient) -> httpx.Response | None:
-    response = await api.post("/v1/jobs", json=CHARGE)
-    if response.status_code == 202:
-        return response
-    assert response.status_code == 503, response.text
-    return None
+async def _answered(request: Awaitable[httpx.Response]) -> httpx.Response | None:
+    """The response, or None while it is a 503 (the database still unavailable); any other refusal fails."""
+    response = await request
+    if response.status_code == 503:
+        return None
+    assert response.is_success, response.text
+    return response
 
 
 async def test_a_worker_claims_again_within_a_second_of_the_database_returning(own_server):
@@ -191,3 +214,108 @@ async def test_a_worker_claims_again_within_a_second_of_the_database_returning(o
         await pool.close()
     print(f"the worker claimed again {claimed_seconds:.3f} s after the server was back")
     assert claimed_seconds < 3
+
+
+async def test_a_hung_database_is_answered_503_within_db_timeout_and_the_api_resumes_within_a_second(
+        own_server, api_log):
+    """Frozen (SIGSTOP): requests on every kind of route, holding a connection or waiting for one, are 503
+    with Retry-After within --db-timeout; /health/live 200 and /health/ready 503 within a second. Thawed:
+    the same requests are answered right within about a second, and every hung-up connection was
+    discarded, none lent again in the middle of its statement."""
+    app = create_api_app(own_server.url, db_timeout=DB_TIMEOUT_SECONDS)
+    async with serve(app) as api:
+        job_id = (await api.post("/v1/jobs", json=CHARGE)).json()["id"]
+        stored_before = count_jobs(own_server.url)
+        pool = app.state.queue.pool
+        bad_before = pool.get_stats().get("returns_bad", 0)
+        own_server.freeze()
+        try:
+            # The first takes the pool's idle connection and waits on it; the others wait for a connection.
+            held = await timed(api.post("/v1/jobs", json=CHARGE))
+            refusals = [held, *await asyncio.gather(*(timed(request) for request in (
+                api.get(f"/v1/jobs/{job_id}"), api.get("/v1/jobs"), api.post("/v1/jobs", json=CHARGE),
+                api.post("/v1/jobs/batch", json={"jobs": [CHARGE, CHARGE]}),
+                api.post(f"/v1/jobs/{job_id}/replay"))))]
+            live, live_seconds = await timed(api.get("/health/live"))
+            ready, ready_seconds = await timed(api.get("/health/ready"))
+        finally:
+            own_server.thaw()
+        back = time.monotonic()
+        shown = await wait_until(lambda: _answered(api.get(f"/v1/jobs/{job_id}")), 10,
+                                 f"job {job_id} to be shown again", interval=0.05)
+        resumed_seconds = time.monotonic() - back
+        answers = [await api.get(f"/v1/jobs/{job_id}") for _ in range(5)]
+        listed = await api.get("/v1/jobs")
+        hung_up = pool.get_stats().get("returns_bad", 0) - bad_before
+    refused_seconds = max(seconds for _, seconds in refusals)
+    stored_anyway = count_jobs(own_server.url) - stored_before
+    print(f"hung: live {live_seconds:.3f} s, ready {ready_seconds:.3f} s, refused within {refused_seconds:.3f} s, "
+          f"answered again {resumed_seconds:.3f} s after the thaw; {hung_up} connection(s) hung up; "
+          f"{stored_anyway} of the 4 refused submissions stored once the server ran again")
+    assert (live.status_code, live_seconds < 1 + MARGIN_SECONDS) == (200, True)
+    assert ready.status_code == 503 and ready_seconds < 1 + MARGIN_SECONDS
+    for refused, _ in refusals:
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "1", refused.text
+        assert list(refused.json()) == ["error"] and "\n" not in refused.json()["error"]
+    assert refused_seconds < DB_TIMEOUT_SECONDS + MARGIN_SECONDS
+    assert resumed_seconds < 3
+    # A connection lent again mid-statement would answer with the earlier statement's rows, or fail.
+    assert hung_up >= 1
+    assert shown.json()["id"] == job_id
+    assert all(answer.status_code == 200 and answer.json()["id"] == job_id for answer in answers)
+    assert listed.status_code == 200 and {"jobs", "counts"} <= set(listed.json())
+    # A statement the server had received runs once it is thawed: a 503 from a hung server cannot
+    # promise that nothing was stored (the error says so).
+    assert 0 <= stored_anyway <= 4
+    assert "may still take effect" in held[0].json()["error"]
+    assert not [r for r in api_log.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+async def test_without_a_hold_bound_a_query_waits_on_a_hung_database_until_it_runs_again(own_server):
+    """The mechanism off (hold_seconds None, psycopg's behaviour): a query on a frozen server is still
+    waiting well past the bound, and so is one whose task was cancelled at the bound (psycopg then asks
+    the same frozen server to cancel it, and waits). On (hold_seconds): NoAnswer within the bound."""
+    bounded = await db.open_pool_checked(own_server.url, max_size=1, hold_seconds=DB_TIMEOUT_SECONDS)
+    unbounded = await db.open_pool_checked(own_server.url, max_size=2, min_size=2)  # both tasks mid-query
+    try:
+        own_server.freeze()
+        try:
+            started = time.monotonic()
+            waiting = asyncio.create_task(Queue(unbounded, Mechanisms()).counts())
+            cancelled = asyncio.create_task(Queue(unbounded, Mechanisms()).counts())
+            with pytest.raises(db.NoAnswer, match="no answer from the database within 1 s"):
+                await Queue(bounded, Mechanisms()).counts()
+            bounded_seconds = time.monotonic() - started
+            cancelled.cancel()
+            done, _ = await asyncio.wait({waiting, cancelled}, timeout=MARGIN_SECONDS)
+        finally:
+            own_server.thaw()
+        assert not done, "a query without the bound ended while the server was frozen"
+        assert set(await waiting) == set(STATUSES)  # answered once the server runs again
+        await asyncio.wait({cancelled})
+        assert cancelled.cancelled()
+        assert set(await Queue(bounded, Mechanisms()).counts()) == set(STATUSES)  # on a fresh connection
+    finally:
+        await bounded.close()
+        await unbounded.close()
+    print(f"the bounded query gave up after {bounded_seconds:.3f} s")
+    assert DB_TIMEOUT_SECONDS <= bounded_seconds < DB_TIMEOUT_SECONDS + MARGIN_SECONDS
+
+
+async def test_a_statement_held_past_the_bound_is_hung_up_on_the_default_server_too(databases):
+    """On the default server (the embedded one's Unix socket, unless DATABASE_URL says otherwise) a statement
+    still running at the bound, a slow one here, is hung up the same way; the next caller gets a fresh
+    connection that answers."""
+    pool = await db.open_pool_checked(databases.queue_url, max_size=1, hold_seconds=DB_TIMEOUT_SECONDS)
+    try:
+        started = time.monotonic()
+        with pytest.raises(db.NoAnswer):
+            async with pool.connection() as conn:
+                await conn.execute("SELECT pg_sleep(30)")
+        hung_up_seconds = time.monotonic() - started
+        async with pool.connection() as conn:
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await pool.close()
+    print(f"a 30 s statement was hung up after {hung_up_seconds:.3f} s")
+    assert DB_TIMEOUT_SECONDS <= hung_up_seconds < DB_TIMEOUT_SECONDS + MARGIN_SECONDS

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 import stages
 from reliableq.bench.scenarios import SCENARIOS
 from reliableq.charge.service import ChargeFaults
+from reliableq.cli.arguments import UsageError, seconds_from
 from reliableq.cli.main import build_parser
 from reliableq.config import WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
@@ -30,3 +33,17 @@ def test_help_names_every_stage_and_every_bench_scenario():
     assert all(name in subcommands["stage"].format_help() for name in stages.names())
     bench_help = " ".join(subcommands["bench"].format_help().split())
     assert all(name in bench_help.replace(" ", "") for name in SCENARIOS)
+
+
+def test_a_wait_for_the_database_is_the_option_else_the_environment_else_the_default(monkeypatch):
+    """`reliableq worker --db-wait` and RELIABLEQ_DB_WAIT (as `api --db-timeout` and RELIABLEQ_DB_TIMEOUT)."""
+    assert build_parser().parse_args(["worker", "--db-wait", "0.5"]).db_wait == 0.5
+    monkeypatch.delenv("RELIABLEQ_DB_WAIT", raising=False)
+    assert seconds_from(None, "RELIABLEQ_DB_WAIT", 1.0) == 1.0
+    monkeypatch.setenv("RELIABLEQ_DB_WAIT", "2.5")
+    assert seconds_from(None, "RELIABLEQ_DB_WAIT", 1.0) == 2.5
+    assert seconds_from(0.5, "RELIABLEQ_DB_WAIT", 1.0) == 0.5
+    for bad in ("0", "-1", "nan", "inf", "soon", ""):
+        monkeypatch.setenv("RELIABLEQ_DB_WAIT", bad)
+        with pytest.raises(UsageError, match=f"^RELIABLEQ_DB_WAIT must be a positive number of seconds, got {bad!r}$"):
+            seconds_from(None, "RELIABLEQ_DB_WAIT", 1.0)
