@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -90,15 +91,40 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
                               charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
                               backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit)
+    _check_metrics_options(args)
     faults = FaultPlan()
     if args.crash_at:
         faults.arm_crash(args.crash_at, real_kill=True)
     return run_coroutine(_run_worker(args, settings, faults))
 
 
+def _check_metrics_options(args: argparse.Namespace) -> None:
+    """--metrics-host only with --metrics-port; beyond loopback, only behind a token (as the API)."""
+    args.metrics_token = args.metrics_token or os.environ.get("RELIABLEQ_API_TOKEN")
+    if args.metrics_host is not None and args.metrics_port is None:
+        raise UsageError("--metrics-host needs --metrics-port")
+    if args.metrics_port is not None and args.metrics_host is None:
+        args.metrics_host = LOOPBACK[0]
+    if args.metrics_port is not None and args.metrics_host not in LOOPBACK and not args.metrics_token:
+        raise UsageError(f"binding {args.metrics_host} exposes the worker's metrics beyond this machine: "
+                         "set --metrics-token or RELIABLEQ_API_TOKEN")
+
+
+async def _serve_metrics(args: argparse.Namespace, registry):
+    from reliableq.metrics import serve_worker_metrics
+    try:
+        server = await serve_worker_metrics(registry, args.metrics_host, args.metrics_port, args.metrics_token)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {args.metrics_host}:{args.metrics_port}: {error.strerror}; "
+                         "choose another --metrics-port") from None
+    log.info("worker metrics on http://%s:%d/metrics", args.metrics_host, args.metrics_port)
+    return server
+
+
 async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultPlan) -> int:
     from reliableq.charge.client import ChargeClient
     from reliableq.charge.handler import standard_handlers
+    from reliableq.metrics import WorkerMetrics
     from reliableq.queue import Queue
     from reliableq.worker import Worker
     databases = db.resolve()
@@ -109,12 +135,18 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
                                       idle_in_transaction_seconds=settings.lease_seconds,
                                       db_timeout_seconds=settings.db_wait_seconds)
     charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
-    worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults)
+    metrics = WorkerMetrics() if args.metrics_port is not None else None
+    worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults,
+                    stats=metrics.stats if metrics else None)
+    metrics_server = None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)
-    _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "running"})
     try:
+        if metrics:
+            metrics.watch(worker)
+            metrics_server = await _serve_metrics(args, metrics.registry)
+        _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "running"})
         cpu_started = time.process_time()
         stats = await worker.run()
         cpu_seconds = time.process_time() - cpu_started
@@ -122,9 +154,11 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
         # apart from time spent in PostgreSQL; the benchmark reads them from this line.
         pool_stats = pool.get_stats()
     finally:
+        if metrics_server:
+            await metrics_server.cleanup()
         await charges.aclose()
         await pool.close()
-    report = stats.__dict__ | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
+    report = dataclasses.asdict(stats) | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
     _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "stopped", "stats": report})
     return 0
 
