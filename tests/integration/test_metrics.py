@@ -60,10 +60,16 @@ async def test_scraped_counters_equal_what_the_database_recorded(databases, tmp_
         job_ids = [await system.submit_http(100 + n, max_attempts=2) for n in range(JOBS)]
         await system.wait_settled(job_ids, timeout=60)
         api, metered = await scrape(system.http, system.api_url), await scrape(system.http, worker_url)
+        # A second worker on the same metrics port: one line saying so, exit 2, and it claims nothing.
+        clash = processes.spawn_cli(databases, "clash", "worker", "--charge-url", system.charge_url,
+                                    "--metrics-port", str(port))
+        assert await processes.wait_exit(clash, 30) == 2
         statuses = await system.queue.counts()
         outcomes = await outcomes_of(databases, WORKER)
         stopped = await system.stop_worker_processes()
 
+    assert clash.output().strip() == (f"reliableq: error: cannot listen on 127.0.0.1:{port}: Address already in "
+                                      "use; choose another --metrics-port")
     assert api[("reliableq_api_submissions_accepted_total", ())] == JOBS == sum(statuses.values())
     for status, jobs in statuses.items():
         assert api[("reliableq_jobs", (("status", status),))] == jobs
