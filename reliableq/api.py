@@ -13,7 +13,7 @@ A client that retries a submission whose answer it never heard (the API crashed 
 connection dropped) sends an `Idempotency-Key` header (in a batch, a `submission_key` per job): the
 same key with the same body is answered with the job it first made, never a second one; with another
 body, 409. A key is held for the API's window (24 h by default), enforced by a UNIQUE key in the
-database whichever API process answers.
+database whichever API process answers. `GET /metrics` serves Prometheus metrics (reliableq/metrics.py).
 """
 
 from __future__ import annotations

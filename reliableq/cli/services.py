@@ -4,7 +4,8 @@ Every server binds 127.0.0.1 unless told otherwise, and the API refuses to bind 
 bearer token. Each logs its lifecycle at INFO (reliableq/cli/logs.py): a server once listening, a worker
 when it starts, stops claiming and stops (with its stats). With `--status-file` a worker also keeps a
 JSON file for programs (its state, then its stats), so that a supervisor or the benchmark never parses
-what is logged for people."""
+what is logged for people. With `--metrics-port` a worker also serves Prometheus metrics (reliableq/metrics.py),
+on loopback unless told otherwise, and beyond it only behind a token, as the API."""
 
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reliableq import db
 from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, positive_float, run_coroutine
 from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.faults import FaultPlan
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 log = logging.getLogger("reliableq.cli")
@@ -110,7 +116,7 @@ def _check_metrics_options(args: argparse.Namespace) -> None:
                          "set --metrics-token or RELIABLEQ_API_TOKEN")
 
 
-async def _serve_metrics(args: argparse.Namespace, registry):
+async def _serve_metrics(args: argparse.Namespace, registry: CollectorRegistry) -> web.AppRunner:
     from reliableq.metrics import serve_worker_metrics
     try:
         server = await serve_worker_metrics(registry, args.metrics_host, args.metrics_port, args.metrics_token)
