@@ -17,6 +17,8 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     lease_keeper  renews a claim's lease from its effect until its finalize is recorded
     hooks     the named fault points the core passes, and the no-op hook production runs with
     servers   ASGI apps on loopback in a background thread
+    metrics   Prometheus metrics: the API's and a worker's, each in its own registry; a worker's /metrics server
+    tokens    whether a request carries the bearer token a server requires
 charge/     the charge service (service), its client (client), the charge payload (payload), the `charge` kind (handler)
 lab/        harness (the one harness), experiment (a stage's run over it), scenario (its params and result),
             panels, resave, processes, faults (the FaultPlan),

@@ -13,7 +13,7 @@ A client that retries a submission whose answer it never heard (the API crashed 
 connection dropped) sends an `Idempotency-Key` header (in a batch, a `submission_key` per job): the
 same key with the same body is answered with the job it first made, never a second one; with another
 body, 409. A key is held for the API's window (24 h by default), enforced by a UNIQUE key in the
-database whichever API process answers.
+database whichever API process answers. `GET /metrics` serves Prometheus metrics (reliableq/metrics.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -32,7 +31,8 @@ from typing import Any, TypeVar
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
@@ -51,8 +51,10 @@ from reliableq.config import (
 )
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
+from reliableq.metrics import JOB_COUNT_SECONDS, ApiMetrics
 from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission, submission_key
 from reliableq.queue import STATUSES, Job, KeyReused, Queue, Stored, json_row
+from reliableq.tokens import bearer_matches
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")
@@ -255,17 +257,15 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         return _unavailable(error)
 
     if api_token:
-        expected = f"Bearer {api_token}".encode()
-
         @app.middleware("http")
         async def require_token(request: Request, call_next):
-            # Bytes, not str: compare_digest refuses non-ASCII strings, and a stranger's header may hold any.
-            supplied = request.headers.get("Authorization", "").encode("utf-8", "replace")
-            if request.url.path not in HEALTH_PATHS and not secrets.compare_digest(supplied, expected):
+            if request.url.path not in HEALTH_PATHS and not bearer_matches(request.headers.get("Authorization"),
+                                                                           api_token):
                 return _error(401, "missing or wrong bearer token")
             return await call_next(request)
 
     token = contract.REFUSED_TOKEN if api_token else {}
+    metrics = app.state.metrics = ApiMetrics()  # this app's own registry: apps side by side never collide
     kind_names = sorted(kinds)
 
     def queue(request: Request) -> Queue:
@@ -307,6 +307,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             running.cancel()
             raise
         if answered.done():
+            metrics.submissions.inc(1 if isinstance(acknowledged, uuid.UUID) else len(acknowledged))
             return JSONResponse(accepted(stored[0] if stored else None), status_code=202,
                                 background=BackgroundTask(_after_ack, running, acknowledged))
         failure = asyncio.CancelledError() if running.cancelled() else running.exception()
@@ -420,6 +421,19 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         if check.exception() is not None:
             return _unavailable(check.exception())
         return JSONResponse({"status": "ok", "mechanisms": mechanisms.describe()})
+
+    @app.get("/metrics", response_model=None, responses={**contract.METRICS, **token})
+    async def scrape(request: Request) -> Response:
+        """Prometheus' text format. Behind the token like every route but the health probes: job counts
+        and rates are the operator's, and a scraper sends the token as easily as a client (Prometheus'
+        `authorization` setting). The count is bounded: past JOB_COUNT_SECONDS, or with the database
+        down, the reliableq_jobs series are left out and the rest is still answered."""
+        try:
+            counts = await queue(request).counts(within_seconds=JOB_COUNT_SECONDS)
+        except psycopg.Error as error:  # PoolTimeout and a cancelled statement included
+            log.warning("/metrics: jobs not counted: %s: %s", type(error).__name__, " ".join(str(error).split()))
+            counts = None
+        return Response(metrics.exposition(counts), media_type=CONTENT_TYPE_LATEST)
 
     app.openapi = partial(contract.document, app)
     return app

@@ -125,6 +125,9 @@ UNAVAILABLE = {503: error("the database is unavailable; Retry-After says when to
 READY = {200: {"model": Health}, **UNAVAILABLE}
 BAD_QUERY = {422: error("a query parameter is not of its type (ranges and values outside them: 400)")}
 REFUSED_TOKEN = {401: error("missing or wrong bearer token")}
+# /metrics: Prometheus' text format, not JSON; a database that does not answer leaves the job counts out.
+METRICS = {200: {"description": "the API's metrics in Prometheus' text exposition format",
+                 "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
 def document(app: FastAPI) -> dict[str, Any]:

@@ -342,8 +342,17 @@ class Queue:
         rows = await self._fetch("job_list", {"status": status, "limit": limit})
         return [Job.from_row(row) for row in rows]
 
-    async def counts(self) -> dict[str, int]:
-        rows = await self._fetch("job_count_by_status", {})
+    async def counts(self, within_seconds: float | None = None) -> dict[str, int]:
+        """Jobs by status. `within_seconds`: wait at most that long for a connection (PoolTimeout) and have
+        the server cancel the count past it (QueryCanceled), as a scrape must answer whatever the table's size."""
+        if within_seconds is None:
+            rows = await self._fetch("job_count_by_status", {})
+        else:
+            async with self.pool.connection(timeout=within_seconds) as conn, conn.transaction():
+                await conn.execute(self.queries["transaction_statement_timeout"],
+                                   {"milliseconds": str(max(int(within_seconds * 1000), 1))})
+                cur = await conn.cursor(row_factory=dict_row).execute(self.queries["job_count_by_status"])
+                rows = await cur.fetchall()
         return {status: 0 for status in STATUSES} | {row["status"]: row["jobs"] for row in rows}
 
     async def database_now(self) -> datetime:

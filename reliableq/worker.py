@@ -71,11 +71,12 @@ class WorkerStats:
 class Worker:
     def __init__(self, queue: Queue, handlers: HandlerRegistry, settings: WorkerSettings = WorkerSettings(),
                  faults: FaultHook | None = None, backoff: RetryDelays | None = None,
-                 decision: FinalizeDecision | None = None, permits: ClaimPermits | None = None) -> None:
+                 decision: FinalizeDecision | None = None, permits: ClaimPermits | None = None,
+                 stats: WorkerStats | None = None) -> None:
         """`backoff`: the retry delays to use instead of the settings' Backoff (anything with the same
         `delay(attempt, job_key)`); `decision`: succeed, retry or dead instead of finalize_decision.decide;
         `permits`: instead of Permits(settings.concurrency). The lab's exercises plug a learner's policy in
-        here."""
+        here. `stats`: where to count, fresh (reliableq/metrics.py passes a subclass that feeds histograms)."""
         self.queue = queue
         self.mechanisms = queue.mechanisms
         self.handlers = handlers
@@ -86,7 +87,7 @@ class Worker:
                                           settings.backoff_seed)
         self.decide = decision or decide
         self.permits = permits or Permits(settings.concurrency)
-        self.stats = WorkerStats()
+        self.stats = stats or WorkerStats()
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()

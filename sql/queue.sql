@@ -290,6 +290,10 @@ LIMIT %(limit)s;
 -- How many jobs are in each status.
 SELECT status, count(*) AS jobs FROM jobs GROUP BY status ORDER BY status;
 
+-- name: transaction_statement_timeout
+-- Bound the rest of this transaction's statements (a scrape's count), in milliseconds, as text.
+SELECT set_config('statement_timeout', %(milliseconds)s, true);
+
 -- name: database_now
 -- PostgreSQL's clock, the only clock eligibility and leases are measured by.
 SELECT now() AS now;

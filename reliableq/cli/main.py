@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crash-at", choices=CRASH_POINTS[:3], help="SIGKILL this process the first time it gets there")
     p.add_argument("--status-file", metavar="PATH",
                    help='keep a JSON file of this worker\'s state: {"state": "running"}, then its stats when it stops')
+    p.add_argument("--metrics-port", metavar="PORT", type=tcp_port,
+                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (default: none)")
+    p.add_argument("--metrics-host", metavar="HOST",
+                   help="address the metrics are served on (default 127.0.0.1; beyond loopback needs a token)")
+    p.add_argument("--metrics-token", metavar="TOKEN",
+                   help="bearer token /metrics requires (default: RELIABLEQ_API_TOKEN, the API's)")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_worker)
 

@@ -4,23 +4,30 @@ Every server binds 127.0.0.1 unless told otherwise, and the API refuses to bind 
 bearer token. Each logs its lifecycle at INFO (reliableq/cli/logs.py): a server once listening, a worker
 when it starts, stops claiming and stops (with its stats). With `--status-file` a worker also keeps a
 JSON file for programs (its state, then its stats), so that a supervisor or the benchmark never parses
-what is logged for people."""
+what is logged for people. With `--metrics-port` a worker also serves Prometheus metrics (reliableq/metrics.py),
+on loopback unless told otherwise, and beyond it only behind a token, as the API."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reliableq import db
 from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine, seconds_from
 from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.faults import FaultPlan
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 log = logging.getLogger("reliableq.cli")
@@ -80,15 +87,40 @@ def cmd_worker(args: argparse.Namespace) -> int:
                               wake_on_submit=not args.poll_only,
                               db_wait_seconds=seconds_from(args.db_wait, "RELIABLEQ_DB_WAIT",
                                                            WorkerSettings().db_wait_seconds))
+    _check_metrics_options(args)
     faults = FaultPlan()
     if args.crash_at:
         faults.arm_crash(args.crash_at, real_kill=True)
     return run_coroutine(_run_worker(args, settings, faults))
 
 
+def _check_metrics_options(args: argparse.Namespace) -> None:
+    """--metrics-host only with --metrics-port; beyond loopback, only behind a token (as the API)."""
+    args.metrics_token = args.metrics_token or os.environ.get("RELIABLEQ_API_TOKEN")
+    if args.metrics_host is not None and args.metrics_port is None:
+        raise UsageError("--metrics-host needs --metrics-port")
+    if args.metrics_port is not None and args.metrics_host is None:
+        args.metrics_host = LOOPBACK[0]
+    if args.metrics_port is not None and args.metrics_host not in LOOPBACK and not args.metrics_token:
+        raise UsageError(f"binding {args.metrics_host} exposes the worker's metrics beyond this machine: "
+                         "set --metrics-token or RELIABLEQ_API_TOKEN")
+
+
+async def _serve_metrics(args: argparse.Namespace, registry: CollectorRegistry) -> web.AppRunner:
+    from reliableq.metrics import serve_worker_metrics
+    try:
+        server = await serve_worker_metrics(registry, args.metrics_host, args.metrics_port, args.metrics_token)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {args.metrics_host}:{args.metrics_port}: {error.strerror}; "
+                         "choose another --metrics-port") from None
+    log.info("worker metrics on http://%s:%d/metrics", args.metrics_host, args.metrics_port)
+    return server
+
+
 async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultPlan) -> int:
     from reliableq.charge.client import ChargeClient
     from reliableq.charge.handler import standard_handlers
+    from reliableq.metrics import WorkerMetrics
     from reliableq.queue import Queue
     from reliableq.worker import Worker
     databases = db.resolve()
@@ -99,12 +131,18 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
                                       idle_in_transaction_seconds=settings.lease_seconds,
                                       db_timeout_seconds=settings.db_wait_seconds)
     charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
-    worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults)
+    metrics = WorkerMetrics() if args.metrics_port is not None else None
+    worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults,
+                    stats=metrics.stats if metrics else None)
+    metrics_server = None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.request_stop)
-    _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "running"})
     try:
+        if metrics:
+            metrics.watch(worker)
+            metrics_server = await _serve_metrics(args, metrics.registry)
+        _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "running"})
         cpu_started = time.process_time()
         stats = await worker.run()
         cpu_seconds = time.process_time() - cpu_started
@@ -112,9 +150,11 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
         # apart from time spent in PostgreSQL; the benchmark reads them from this line.
         pool_stats = pool.get_stats()
     finally:
+        if metrics_server:
+            await metrics_server.cleanup()
         await charges.aclose()
         await pool.close()
-    report = stats.__dict__ | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
+    report = dataclasses.asdict(stats) | {"pool": pool_stats, "cpu_seconds": cpu_seconds}
     _write_status(args.status_file, {"worker_id": worker.worker_id, "state": "stopped", "stats": report})
     return 0
 

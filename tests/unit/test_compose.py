@@ -46,6 +46,15 @@ def test_the_api_beyond_loopback_requires_a_token():
     assert ":?" in SERVICES["api"]["environment"]["RELIABLEQ_API_TOKEN"]  # compose errors when unset
 
 
+def test_worker_metrics_beyond_loopback_get_the_token():
+    """Each worker serves /metrics to the compose network (where Prometheus would scrape it), so compose
+    hands it the API's token, and fails without one, as for the API."""
+    for name in ("worker-1", "worker-2", "worker-3"):
+        args = build_parser().parse_args(SERVICES[name]["command"])
+        assert args.metrics_port and args.metrics_host == "0.0.0.0"
+        assert ":?" in SERVICES[name]["environment"]["RELIABLEQ_API_TOKEN"]
+
+
 def test_published_ports_bind_loopback_and_match_the_commands():
     """Every published port is on 127.0.0.1 and is the port the service listens on."""
     for name, service in SERVICES.items():
