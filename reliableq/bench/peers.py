@@ -2,9 +2,13 @@
 
 `reliableq bench` sets each figure of ours beside two other PostgreSQL job queues for Python, on the same
 server: `ingest` enqueues N no-op jobs from C concurrent clients, one job per call (as ours submit one);
-`execute` drains N preloaded no-op jobs with one worker of concurrency C. Each run is its own process,
+`execute` drains N preloaded no-op jobs with one worker of concurrency C; `pickup` runs a worker and
+enqueues N no-op jobs one at a time, each after the last one's handler started and an idle pause, and
+times each from its enqueue call to its handler's start (in one process, on one clock). Pickup runs ours
+too, the same way (`reliableq`, and `reliableq-poll-only` without wake-on-submit): in-process beside
+in-process. Each run is its own process,
 
-    python -m reliableq.bench.peers PEER ingest|execute --jobs N --concurrency C --dsn URL
+    python -m reliableq.bench.peers QUEUE ingest|execute|pickup --jobs N --concurrency C --dsn URL
 
 printing one JSON line (a `PeerRun`), so its CPU is its own as our worker's is and a peer that crashes
 cannot take the bench down. `measure` gives every run a fresh, empty database of the server, into which
@@ -26,12 +30,15 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import random
+import statistics
 import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -40,8 +47,14 @@ from psycopg.rows import dict_row
 from reliableq import db, sql
 
 PEERS = ("pgqueuer", "procrastinate")
-MODES = ("ingest", "execute")
+MODES = ("ingest", "execute")  # the peers' baselines beside our ingest and execute scenarios
+PICKUP = "pickup"  # our pickup scenario's runs, ours among them
+PICKUP_QUEUES = ("reliableq", "reliableq-poll-only", *PEERS)
 TASK = "noop"  # the entrypoint / task name every run enqueues
+# Between two pickups the worker goes idle for a pause drawn from this range (seeded), out of step with
+# any poll interval, as jobs arrive at a quiet system.
+PICKUP_IDLE_SECONDS = (0.01, 0.05)
+PICKUP_WAIT_SECONDS = 10.0  # a handler not started by then: the run fails
 _Q = sql.queries("peers")
 
 
@@ -56,6 +69,8 @@ class PeerRun:
     exactly_once: bool = False  # ingest: every job stored once and waiting; execute: ran and completed once
     per_second: float | None = None  # only when exactly_once held
     seconds: float | None = None
+    pickup_p50_ms: float | None = None  # pickup: from the enqueue call to the handler's start
+    pickup_p99_ms: float | None = None
     version: str = ""
     note: str = ""
 
@@ -70,7 +85,7 @@ def tool(peer: str, mode: str) -> str:
 
 
 def installed(peer: str) -> bool:
-    return importlib.util.find_spec(peer) is not None
+    return importlib.util.find_spec(RUNNERS[peer].package) is not None
 
 
 # -- what both peers share --------------------------------------------------------------------------
@@ -89,6 +104,22 @@ async def _from_clients(enqueuers: Sequence[Callable[[], Awaitable[int]]], jobs:
     return ids, time.monotonic() - start
 
 
+async def _one_at_a_time(enqueue: Callable[[], Awaitable[object]], started: asyncio.Queue[float], jobs: int,
+                         seed: int) -> list[float]:
+    """Seconds from each enqueue call to its handler's start (`started` gets the handler's perf_counter),
+    one job at a time after an idle pause; a first job, not timed, makes sure the worker is up."""
+    rng = random.Random(seed)
+    await enqueue()
+    await asyncio.wait_for(started.get(), PICKUP_WAIT_SECONDS * 3)  # a worker's start-up included
+    latencies = []
+    for _ in range(jobs):
+        await asyncio.sleep(rng.uniform(*PICKUP_IDLE_SECONDS))  # the load's pacing: the worker goes idle
+        sent = time.perf_counter()
+        await enqueue()
+        latencies.append(await asyncio.wait_for(started.get(), PICKUP_WAIT_SECONDS) - sent)
+    return latencies
+
+
 async def _connect(dsn: str) -> psycopg.AsyncConnection:
     return await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=db.CONNECT_TIMEOUT_SECONDS)
 
@@ -104,9 +135,17 @@ async def _read(dsn: str, query: str, params: dict | None = None) -> dict:
 class _PeerRunner:
     """What every runner keeps: where the peer's database is, and how often the handler ran each job."""
 
+    package = ""  # what must be importable to run it
+
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.handled: Counter[int] = Counter()
+        self.started: asyncio.Queue[float] = asyncio.Queue()  # each handler's start, for pickup
+
+    def ran(self, job_id: Any) -> None:
+        """What every runner's no-op handler does first."""
+        self.started.put_nowait(time.perf_counter())
+        self.handled[job_id] += 1
 
     @staticmethod
     def unsupported(mode: str, concurrency: int) -> str | None:
@@ -121,7 +160,7 @@ class PgQueuerRunner(_PeerRunner):
     logged its first completions about 1 s after its first pick (over asyncpg, pgqueuer's other driver,
     0.05 s), so at a few thousand jobs the figure is partly that second."""
 
-    peer = "pgqueuer"
+    peer = package = "pgqueuer"
 
     @staticmethod
     def unsupported(mode: str, concurrency: int) -> str | None:
@@ -164,17 +203,33 @@ class PgQueuerRunner(_PeerRunner):
 
             @manager.entrypoint(TASK)
             async def noop(job) -> None:
-                self.handled[job.id] += 1
+                self.ran(job.id)
             # The largest batch its rule allows (see `unsupported`); drain mode returns once the queue is empty.
             await manager.run(batch_size=concurrency // 2, max_concurrent_tasks=concurrency,
                               mode=QueueExecutionMode.drain)
+
+    async def pickup(self, jobs: int, seed: int) -> list[float]:
+        from pgqueuer import Queries, QueueManager
+        async with await _connect(self.dsn) as worker_conn, await _connect(self.dsn) as client_conn:
+            manager = QueueManager(Queries.from_psycopg_connection(worker_conn))
+
+            @manager.entrypoint(TASK)
+            async def noop(job) -> None:
+                self.ran(job.id)
+            worker = asyncio.create_task(manager.run())  # its defaults: LISTEN/NOTIFY, continuous
+            client = Queries.from_psycopg_connection(client_conn)
+            try:
+                return await _one_at_a_time(lambda: client.enqueue(TASK, None), self.started, jobs, seed)
+            finally:
+                manager.shutdown.set()
+                await asyncio.wait({worker}, timeout=PICKUP_WAIT_SECONDS)
 
 
 class ProcrastinateRunner(_PeerRunner):
     """procrastinate over its PsycopgConnector (a psycopg 3 pool), sized as ours: a connection per ingest
     client, and our worker's pool size for a worker of concurrency C."""
 
-    peer = "procrastinate"
+    peer = package = "procrastinate"
 
     def _app(self, pool_min: int, pool_max: int):
         import procrastinate
@@ -183,7 +238,7 @@ class ProcrastinateRunner(_PeerRunner):
 
         @app.task(name=TASK, pass_context=True)
         async def noop(context) -> None:
-            self.handled[context.job.id] += 1
+            self.ran(context.job.id)
         return app, noop
 
     async def install(self) -> None:
@@ -207,17 +262,82 @@ class ProcrastinateRunner(_PeerRunner):
             # wait=False: the worker stops once it finds no job left, after its running jobs finish.
             await app.run_worker_async(concurrency=concurrency, wait=False, install_signal_handlers=False)
 
+    async def pickup(self, jobs: int, seed: int) -> list[float]:
+        app, noop = self._app(1, 4)
+        async with app.open_async():
+            # Its defaults: LISTEN/NOTIFY, polling as the fallback; one job at a time.
+            worker = asyncio.create_task(app.run_worker_async(concurrency=1, install_signal_handlers=False))
+            try:
+                return await _one_at_a_time(noop.defer_async, self.started, jobs, seed)
+            finally:
+                worker.cancel()
+                await asyncio.wait({worker}, timeout=PICKUP_WAIT_SECONDS)
 
-RUNNERS = {"pgqueuer": PgQueuerRunner, "procrastinate": ProcrastinateRunner}
+
+class ReliableqRunner(_PeerRunner):
+    """Ours, run as the peers are for pickup: a Worker in this process over a pool of the database, jobs
+    submitted through Queue.submit (one statement and commit each, as the API's lone submission)."""
+
+    peer = package = "reliableq"
+    wake_on_submit = True
+
+    @staticmethod
+    def unsupported(mode: str, concurrency: int) -> str | None:
+        return None if mode == PICKUP else "ours runs ingest and execute as the bench's own scenarios"
+
+    async def install(self) -> None:
+        await asyncio.to_thread(db.apply_schema, self.dsn, "queue")
+
+    async def pickup(self, jobs: int, seed: int) -> list[float]:
+        from reliableq.config import WorkerSettings
+        from reliableq.handlers import HandlerRegistry, Outcome
+        from reliableq.payload import Submission
+        from reliableq.queue import Queue
+        from reliableq.worker import Worker
+
+        async def noop(job) -> Outcome:
+            self.ran(job.id)
+            return Outcome("ok", "no-op")
+        handlers = HandlerRegistry()
+        handlers.register(TASK, noop)
+        pool = await db.open_pool_checked(self.dsn, max_size=4)
+        queue = Queue(pool)
+        worker = Worker(queue, handlers, WorkerSettings(wake_on_submit=self.wake_on_submit, backoff_seed=seed))
+        running = asyncio.create_task(worker.run())
+        try:
+            return await _one_at_a_time(lambda: queue.submit(Submission({}, kind=TASK)), self.started, jobs, seed)
+        finally:
+            worker.request_stop()
+            await asyncio.wait({running}, timeout=PICKUP_WAIT_SECONDS)
+            await pool.close()
 
 
-async def run(peer: str, mode: str, jobs: int, concurrency: int, dsn: str) -> PeerRun:
+class ReliableqPollOnlyRunner(ReliableqRunner):
+    """Ours without wake-on-submit: a job waits for the worker's next poll (0.2 s by default)."""
+
+    peer = "reliableq-poll-only"
+    wake_on_submit = False
+
+
+RUNNERS = {runner.peer: runner for runner in (PgQueuerRunner, ProcrastinateRunner, ReliableqRunner,
+                                                ReliableqPollOnlyRunner)}
+
+
+async def run(peer: str, mode: str, jobs: int, concurrency: int, dsn: str, seed: int = 0) -> PeerRun:
     """One run in this process, on the empty database `dsn`: install, enqueue or drain, check, time."""
     runner = RUNNERS[peer](dsn)
-    done = PeerRun(peer, mode, jobs, concurrency, version=importlib.metadata.version(peer))
+    done = PeerRun(peer, mode, jobs, concurrency, version=importlib.metadata.version(runner.package))
     async with await _connect(dsn):
         pass  # fail fast with the server's own reason: a peer's pool would retry for half a minute first
     await runner.install()
+    if mode == PICKUP:
+        latencies = sorted(await runner.pickup(jobs, seed))
+        runs = runner.handled.total()
+        if runs != jobs + 1 or any(count != 1 for count in runner.handled.values()):
+            return replace(done, note=f"check failed: {runs} handler runs for {jobs + 1} jobs")
+        centiles = statistics.quantiles(latencies, n=100, method="inclusive")
+        return replace(done, exactly_once=True, seconds=sum(latencies),
+                       pickup_p50_ms=1000 * statistics.median(latencies), pickup_p99_ms=1000 * centiles[98])
     if mode == "ingest":
         ids, seconds = await runner.ingest(jobs, concurrency)
         outcome = await _read(dsn, f"{peer}_outcome", {"ids": ids})
@@ -241,7 +361,7 @@ async def run(peer: str, mode: str, jobs: int, concurrency: int, dsn: str) -> Pe
 
 # -- the bench's side: a fresh database and a process per run ---------------------------------------
 
-async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: float) -> PeerRun:
+async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: float, seed: int = 0) -> PeerRun:
     """Run `peer` in its own process on a fresh, empty database of our server, dropped afterwards. A crash,
     a refusal or a timeout comes back as a note, never as an exception."""
     failed = PeerRun(peer, mode, jobs, concurrency)
@@ -258,7 +378,7 @@ async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: fl
         if parts.get("password"):
             env["PGPASSWORD"] = str(parts.pop("password"))
         command = [sys.executable, "-m", "reliableq.bench.peers", peer, mode, "--jobs", str(jobs),
-                   "--concurrency", str(concurrency), "--dsn", make_conninfo(**parts)]
+                   "--concurrency", str(concurrency), "--seed", str(seed), "--dsn", make_conninfo(**parts)]
         process = await asyncio.create_subprocess_exec(*command, env=env, stdin=asyncio.subprocess.DEVNULL,
                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
@@ -307,12 +427,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m reliableq.bench.peers",
         description="Run one peer's ingest or execute on an empty database and print one JSON line. "
                     "The database gets the peer's schema: use a scratch one.")
-    parser.add_argument("peer", choices=PEERS)
-    parser.add_argument("mode", choices=MODES, help="ingest: enqueue one job per call; execute: drain preloaded jobs")
+    parser.add_argument("peer", choices=PICKUP_QUEUES)
+    parser.add_argument("mode", choices=(*MODES, PICKUP),
+                        help="ingest: enqueue one job per call; execute: drain preloaded jobs; "
+                             "pickup: one job at a time, each timed to its handler's start")
     parser.add_argument("--jobs", type=_positive, required=True, help="jobs to enqueue or drain")
     parser.add_argument("--concurrency", type=_positive, required=True,
                         help="ingest: concurrent clients; execute: the worker's concurrency")
     parser.add_argument("--dsn", type=_conninfo, required=True, help="an empty database of the server to measure")
+    parser.add_argument("--seed", type=int, default=0, help="seed of pickup's idle pauses")
     parser.add_argument("--debug", action="store_true", help="show a failure's traceback")
     args = parser.parse_args(argv)
     if not installed(args.peer):
@@ -321,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         parser.error(reason)
     try:
-        result = asyncio.run(run(args.peer, args.mode, args.jobs, args.concurrency, args.dsn))
+        result = asyncio.run(run(args.peer, args.mode, args.jobs, args.concurrency, args.dsn, args.seed))
     except Exception as error:
         if args.debug:
             raise

@@ -282,9 +282,9 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
     return "\n".join(lines)
 
 
-_HIGHLIGHT_KEYS = ("latency_p50_ms", "latency_p99_ms", "claim_mean_ms", "charge_mean_ms", "finalize_mean_ms",
-                   "pool_wait_mean_ms", "jobs_per_claim", "jobs_per_success_commit", "worker_cpu_ms_per_job",
-                   "charge_cpu_ms_per_job", "attempts_per_job", "requests_per_job", "dead",
+_HIGHLIGHT_KEYS = ("pickup_p99_ms", "latency_p50_ms", "latency_p99_ms", "claim_mean_ms", "charge_mean_ms",
+                   "finalize_mean_ms", "pool_wait_mean_ms", "jobs_per_claim", "jobs_per_success_commit",
+                   "worker_cpu_ms_per_job", "charge_cpu_ms_per_job", "attempts_per_job", "requests_per_job", "dead",
                    "reclaim_lag_seconds", "attempts", "charges", "created", "replayed", "in_flight_peak",
                    "service_in_flight_peak", "bound_jobs_per_second")
 

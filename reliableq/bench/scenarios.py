@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from reliableq.bench import peers
 from reliableq.bench.gate import UNCHARGED_CHECK, gate
 from reliableq.bench.ingest import BENCH_BATCH_JOBS, INGEST_VIAS, ingest
 from reliableq.bench.profiles import PAYLOAD
@@ -196,6 +197,24 @@ async def _semaphore(bench: Bench, repeat: int) -> None:
                         "jobs_per_second", repeat, body)
 
 
+async def _pickup(bench: Bench, repeat: int) -> None:
+    """Each queue in its own process, as the peers run (reliableq/bench/peers.py); not installed: no run."""
+    for queue in peers.PICKUP_QUEUES:
+        if not peers.installed(queue):
+            continue
+
+        async def body(queue=queue) -> Measured:
+            run = await peers.measure(queue, peers.PICKUP, bench.profile.pickup_jobs, 1,
+                                      bench.profile.settle_seconds, seed=bench.seed + repeat)
+            check = {"name": "every job's handler ran once", "held": run.exactly_once,
+                     "violations": 0 if run.exactly_once else 1, "note": run.note or f"{queue} {run.version}",
+                     "waived": "", "examples": []}
+            return Measured({"pickup_p50_ms": run.pickup_p50_ms, "pickup_p99_ms": run.pickup_p99_ms,
+                             "jobs": run.jobs}, run.exactly_once, [check])
+        await bench.measure("pickup", queue, {"queue": queue, "jobs": bench.profile.pickup_jobs},
+                            "pickup_p50_ms", repeat, body)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("ingest", f"durable submission: over HTTP to the API process one job per request and "
              f"{BENCH_BATCH_JOBS} per batch request, and straight into PostgreSQL",
@@ -215,4 +234,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("dead", "every charge permanently refused: each job DEAD after one attempt", lambda p: 1, _dead),
     Scenario("semaphore", "a slow dependency: in-flight work stays within the worker's permits",
              lambda p: 1, _semaphore),
+    Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
+             "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
+             "each in-process in its own process (reliableq/bench/peers.py)",
+             lambda p: sum(map(peers.installed, peers.PICKUP_QUEUES)), _pickup),
 )}

@@ -61,6 +61,29 @@ async def test_a_worker_that_runs_nothing_breaks_the_check_and_gets_a_note_not_a
     assert run.note == "check failed: of 5 jobs 0 ran exactly once (0 runs), 0 completed exactly once, 5 still waiting"
 
 
+@pytest.mark.parametrize("queue", peers.PICKUP_QUEUES)
+async def test_pickup_times_each_job_from_enqueue_to_handler_start(queue):
+    """Ours and each peer, the way the bench's pickup scenario runs them: figures only when each job's
+    handler ran once. (How fast is the benchmark's to say, not a test's.)"""
+    _needs(queue)
+    run = await peers.measure(queue, peers.PICKUP, jobs=3, concurrency=1, timeout=60, seed=2)
+    assert (run.exactly_once, run.note) == (True, "")
+    assert 0 < run.pickup_p50_ms <= run.pickup_p99_ms
+
+
+async def test_pickup_with_a_handler_run_twice_breaks_the_check(empty_database, monkeypatch):
+    """The checker failing: every job's handler is counted as run twice; the run has a note, no figures."""
+    ran = peers.ReliableqRunner.ran
+
+    def twice(self, job_id) -> None:
+        ran(self, job_id)
+        self.handled[job_id] += 1
+    monkeypatch.setattr(peers.ReliableqRunner, "ran", twice)
+    run = await peers.run("reliableq", peers.PICKUP, 2, 1, empty_database)
+    assert not run.exactly_once and run.pickup_p50_ms is None
+    assert run.note == "check failed: 6 handler runs for 3 jobs"
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["nope", "ingest"], "invalid choice: 'nope'"),
     (["pgqueuer", "run"], "invalid choice: 'run'"),
