@@ -23,6 +23,8 @@ from reliableq.queue import Job
 class Outcome:
     kind: str  # ok | transient (try again later) | permanent (never retry) | ambiguous (may have happened)
     detail: str
+    # A transient refusal's own word on when to come back (HTTP Retry-After): the retry is not due sooner.
+    retry_after_seconds: float | None = None
 
 
 @dataclass(frozen=True)

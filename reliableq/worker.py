@@ -288,7 +288,9 @@ class Worker:
             error = (f"permanent failure: {outcome.detail}" if outcome.kind == "permanent" else
                      f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}")
             return "dead", await self.queue.dead(job, error)
-        delay = self.backoff.delay(job.attempts, str(job.id)) if self.mechanisms.backoff else 0.0
+        delay = 0.0
+        if self.mechanisms.backoff:  # backing off includes waiting as long as the dependency asked
+            delay = max(self.backoff.delay(job.attempts, str(job.id)), outcome.retry_after_seconds or 0.0)
         return "retry", await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}")
 
 

@@ -12,6 +12,8 @@ import asyncio
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
@@ -25,6 +27,9 @@ def idempotency_key(job_id: uuid.UUID | str) -> str:
 
 
 TRANSIENT_STATUS = frozenset({408, 429})
+# The longest Retry-After taken at its word: a service asking for days is misconfigured, and a job held
+# back that long looks lost to everyone watching the queue.
+RETRY_AFTER_MAX_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,26 @@ class ChargeOutcome:
     detail: str
     status_code: int | None = None
     charge_id: str | None = None
+    retry_after_seconds: float | None = None  # a transient answer's Retry-After, when it had a usable one
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a Retry-After header asks for (delay-seconds or an HTTP-date, RFC 9110 10.2.3), at most
+    RETRY_AFTER_MAX_SECONDS; None when absent or unreadable (then backoff alone decides)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 850 and asctime dates carry no zone: HTTP dates are GMT
+            when = when.replace(tzinfo=UTC)
+        seconds = max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+    return min(seconds, RETRY_AFTER_MAX_SECONDS)
 
 
 def classify_status(status_code: int) -> str:
@@ -68,6 +93,7 @@ class ChargeClient:
             async with asyncio.timeout(self.timeout_seconds):
                 async with self._session.post(self._url, json=body, headers=headers) as response:
                     status_code, raw = response.status, await response.read()
+                    retry_after = response.headers.get("Retry-After")
         except TimeoutError:
             return ChargeOutcome("ambiguous", f"no complete answer within {self.timeout_seconds:g}s")
         except aiohttp.ClientConnectorError as error:  # no connection, so nothing was sent
@@ -83,7 +109,8 @@ class ChargeClient:
         if not isinstance(answer, dict):  # a proxy's error page, a bare string
             answer = {}
         detail = answer.get("error") or f"HTTP {status_code}"
-        return ChargeOutcome(kind, detail, status_code, answer.get("charge_id"))
+        return ChargeOutcome(kind, detail, status_code, answer.get("charge_id"),
+                             retry_after_seconds(retry_after) if kind == "transient" else None)
 
     async def aclose(self) -> None:
         if self._session is not None:

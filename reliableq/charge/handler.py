@@ -18,7 +18,7 @@ STANDARD_VALIDATORS: dict[str, Validator] = {"charge": check_charge, "noop": acc
 def charge_handler(client: ChargeClient) -> Handler:
     async def charge(job: JobContext) -> Outcome:
         answer = await client.charge(job.id, job.payload)
-        return Outcome(answer.kind, answer.detail)
+        return Outcome(answer.kind, answer.detail, answer.retry_after_seconds)
     return charge
 
 

@@ -47,6 +47,7 @@ class ChargeFaults:
     decline_over_cents: int = 1_000_000  # business rule: larger amounts are declined (422)
     seed: int = 0
     outage_until: float = 0.0  # time.monotonic() before which every request gets 503 (see start_outage)
+    retry_after_seconds: int | None = None  # sent with every 503 as Retry-After; None: no header
 
     def __post_init__(self) -> None:
         rates = (self.transient_rate, self.timeout_rate, self.permanent_rate, self.lost_response_rate)
@@ -135,7 +136,9 @@ def create_charge_app(database_url: str, faults: ChargeFaults | None = None,
         await _log_request(conn, queries, charge, key, outcome, status_code)
 
     def answer(status_code: int, body: dict[str, Any]) -> JSONResponse:
-        return JSONResponse(body, status_code=status_code)
+        retry_after = state["faults"].retry_after_seconds
+        headers = {"Retry-After": str(retry_after)} if status_code == 503 and retry_after is not None else None
+        return JSONResponse(body, status_code=status_code, headers=headers)
 
     @app.post("/v1/charges")
     async def create_charge(request: Request) -> JSONResponse:

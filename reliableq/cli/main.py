@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lost-response-rate", type=rate, default=CHARGE.lost_response_rate,
                    help="share charged, then left hanging")
     p.add_argument("--capacity", type=positive_int, help="refuse requests beyond this many in flight")
+    p.add_argument("--retry-after", type=positive_int, metavar="SECONDS",
+                   help="send Retry-After: SECONDS with every 503 (a worker then retries no sooner)")
     p.add_argument("--seed", type=int, default=CHARGE.seed, help="seed of the failure draws")
     p.set_defaults(run=cmd_charge_service)
 

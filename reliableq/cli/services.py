@@ -72,7 +72,8 @@ def cmd_charge_service(args: argparse.Namespace) -> int:
     from reliableq.charge.service import ChargeFaults, create_charge_app
     faults = ChargeFaults(latency_seconds=args.latency, transient_rate=args.transient_rate,
                           timeout_rate=args.timeout_rate, permanent_rate=args.permanent_rate,
-                          lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed)
+                          lost_response_rate=args.lost_response_rate, capacity=args.capacity, seed=args.seed,
+                          retry_after_seconds=args.retry_after)
     databases = db.resolve()
     db.migrate(databases)
     return _serve(create_charge_app(databases.charge_url, faults), "charge service", args.host, args.port)

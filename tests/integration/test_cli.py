@@ -141,6 +141,7 @@ def test_stage_that_holds_says_so_and_expects_nothing():
     pytest.param(["chaos", "--fleet-limit", "2", "--off", "leases"], id="fleet-limit-without-leases"),
     pytest.param(["chaos", "--fleet-limit", "0"], id="zero-fleet-limit"),
     pytest.param(["api", "--idempotency-window", "0"], id="zero-idempotency-window"),
+    pytest.param(["charge-service", "--retry-after", "soon"], id="retry-after-not-seconds"),
 ])
 def test_bad_arguments_fail_with_one_line(args):
     """Bad arguments exit non-zero with one `error` line on stderr and no traceback."""
