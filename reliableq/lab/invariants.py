@@ -71,7 +71,7 @@ async def _succeeded_without_charge(databases: Databases) -> list[dict]:
 # Backoff is a load property, so its invariant is a bound, not an equality, and a bound on each job, not
 # an average: an average over the three jobs a one-job-per-worker fleet has in flight was broken by chance.
 # With full jitter and a first retry window twice the outage (chaos's setting), a job sends 1 to 3
-# requests while it lasts (35 seeded runs, 2 to 12 jobs each); 6 or more has a chance of about 2 in 10^5
+# requests while it lasts (25 seeded runs, 2 to 12 jobs each); 6 or more has a chance of about 2 in 10^5
 # per job even for one that meets it at its very start. Without backoff a job retries every poll and
 # spends its whole remaining budget there (19 of 20 attempts), so only jobs with more than the bound's
 # attempts left can show it: the backoff-off chaos test gives its jobs 20.
