@@ -24,6 +24,7 @@ SELECT job_id, received_at, idempotency_key, outcome, status_code FROM charge_re
 -- Jobs holding more than one committed charge, whatever their keys (NULL keys never conflict).
 SELECT job_id, count(*) AS charges FROM charges GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id;
 
--- name: charge_outage_requests
--- Requests refused by an outage, and how many distinct jobs made them.
-SELECT count(*) AS requests, count(DISTINCT job_id) AS jobs FROM charge_requests WHERE outcome = 'injected_outage';
+-- name: charge_outage_requests_by_job
+-- Per job that met an outage: how many of its requests the outage refused, most first.
+SELECT job_id, count(*) AS requests FROM charge_requests
+WHERE outcome = 'injected_outage' GROUP BY job_id ORDER BY requests DESC, job_id;

@@ -68,19 +68,25 @@ async def _succeeded_without_charge(databases: Databases) -> list[dict]:
     return [{"job_id": c.job_id} for c in await job_counts(databases) if c.status == "SUCCEEDED" and c.charges == 0]
 
 
-# Backoff is a load property, so its invariant is a bound, not an equality. With full jitter and a
-# base delay as long as the outage, a job retries about once or twice while the dependency is down;
-# without backoff it spends its whole budget there in milliseconds.
-OUTAGE_REQUESTS_PER_JOB_LIMIT = 2.0
+# Backoff is a load property, so its invariant is a bound, not an equality, and a bound on each job, not
+# an average: an average over the three jobs a one-job-per-worker fleet has in flight was broken by chance.
+# With full jitter and a first retry window twice the outage (chaos's setting), a job sends 1 to 3
+# requests while it lasts (25 seeded runs, 2 to 12 jobs each); 6 or more has a chance of about 2 in 10^5
+# per job even for one that meets it at its very start. Without backoff a job retries every poll and
+# spends its whole remaining budget there (19 of 20 attempts), so only jobs with more than the bound's
+# attempts left can show it: the backoff-off chaos test gives its jobs 20.
+OUTAGE_REQUESTS_PER_JOB_LIMIT = 5
 
 
 async def outage_check(databases: Databases) -> Check:
-    """During an outage, retries backed off: few requests per affected job on average."""
-    (row,) = await _rows(databases.charge_url, "lab_charge", "charge_outage_requests")
-    per_job = row["requests"] / row["jobs"] if row["jobs"] else 0.0
-    name = f"retries backed off during the outage (at most {OUTAGE_REQUESTS_PER_JOB_LIMIT:g} requests per job)"
-    violations = [{"requests": row["requests"], "jobs": row["jobs"]}] if per_job > OUTAGE_REQUESTS_PER_JOB_LIMIT else []
-    return Check(name, violations, note=f"{row['requests']} requests from {row['jobs']} jobs, {per_job:.2f} per job")
+    """During an outage, retries backed off: no job sent more than a few requests while it lasted."""
+    rows = await _rows(databases.charge_url, "lab_charge", "charge_outage_requests_by_job")
+    over = [{"job_id": row["job_id"], "requests": row["requests"]} for row in rows
+            if row["requests"] > OUTAGE_REQUESTS_PER_JOB_LIMIT]
+    name = f"retries backed off during the outage (at most {OUTAGE_REQUESTS_PER_JOB_LIMIT} requests from any job)"
+    most = rows[0]["requests"] if rows else 0
+    return Check(name, over, note=f"{sum(row['requests'] for row in rows)} requests from {len(rows)} jobs, "
+                                  f"at most {most} from one")
 
 
 def capacity_check(worker_peaks: list[int], concurrency: int) -> Check:

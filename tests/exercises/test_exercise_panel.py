@@ -1,5 +1,6 @@
 """The notebooks' ExercisePanel on real PostgreSQL: Check of the reference passes and shows the stage's run;
-Check of the starter fails with the checker's verdict; each is recorded in the workspace's progress."""
+Check of the starter fails with the checker's verdict; each is recorded in the workspace's progress. The
+reference's Check is also fencing's whole-checker pass (scenario, direct checks, earlier exercises, chaos)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from reliableq import db
+from reliableq.cli.main import main
 from reliableq.lab.scenario import LINE_WIDTH
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
@@ -126,6 +127,24 @@ def test_stage_that_holds_says_so_and_expects_nothing():
 
 # -- bad input ------------------------------------------------------------------------------------
 
+def in_process(args: list[str], capsys, monkeypatch) -> subprocess.CompletedProcess:
+    """`reliableq ARGS` run by its `main` in this process (a second's import saved per command), with the
+    exit code and output a subprocess would give, against an unreachable database."""
+    monkeypatch.setenv("DATABASE_URL", UNREACHABLE)
+    try:
+        code = main(args)
+    except SystemExit as exited:  # argparse's own refusals exit
+        code = exited.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["reliableq", *args], code, out.out, out.err)
+
+
+def test_a_bad_argument_fails_with_one_line_from_the_real_command():
+    """A real `reliableq` process given a command that does not exist: exit 2, one `error` line, no traceback."""
+    result = reliableq("frobnicate", env={"DATABASE_URL": UNREACHABLE})
+    assert assert_one_line_error(result, exit_code=2).startswith("reliableq")
+
+
 @pytest.mark.parametrize("args", [
     pytest.param(["frobnicate"], id="unknown-subcommand"),
     pytest.param(["demo", "--off", "bogus"], id="unknown-mechanism"),
@@ -143,11 +162,10 @@ def test_stage_that_holds_says_so_and_expects_nothing():
     pytest.param(["api", "--idempotency-window", "0"], id="zero-idempotency-window"),
     pytest.param(["charge-service", "--retry-after", "soon"], id="retry-after-not-seconds"),
 ])
-def test_bad_arguments_fail_with_one_line(args):
-    """Bad arguments exit non-zero with one `error` line on stderr and no traceback."""
-    # An unreachable database: none of these may get as far as connecting.
-    result = reliableq(*args, env={"DATABASE_URL": UNREACHABLE})
-    line = assert_one_line_error(result, exit_code=2)
+def test_bad_arguments_fail_with_one_line(args, capsys, monkeypatch):
+    """Bad arguments exit 2 with one `error` line on stderr and no traceback, before any database is asked
+    (it is unreachable). Run by `main` in this process: the test above shows the real command does the same."""
+    line = assert_one_line_error(in_process(args, capsys, monkeypatch), exit_code=2)
     assert line.startswith("reliableq")
 
 

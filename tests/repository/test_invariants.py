@@ -5,6 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psycopg
+
+from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.lab import invariants
 from reliableq.lab.faults import Triggered
@@ -92,3 +95,27 @@ async def test_claims_beyond_the_fleet_limit_are_caught(make_queue, submission, 
     assert (await invariants.fleet_limit_check(databases, 2)).held
     await queue.claim(1, "w3", lease_seconds=1, now=now + timedelta(seconds=2.5))
     assert (await invariants.fleet_limit_check(databases, 2)).held
+
+
+async def _outage_requests(databases, requests_by_job: dict[uuid.UUID, int]) -> None:
+    async with await psycopg.AsyncConnection.connect(databases.charge_url) as conn:
+        for job_id, requests in requests_by_job.items():
+            for _ in range(requests):
+                await conn.execute(sql.queries("charge")["charge_request_log"],
+                                   {"job_id": job_id, "idempotency_key": None, "outcome": "injected_outage",
+                                    "status_code": 503, "charge_id": None})
+
+
+async def test_the_outage_bound_is_per_job_so_few_jobs_cannot_break_it_by_chance(databases):
+    """Three jobs (one in flight per worker) whose jittered retries all came early hold the bound; one job
+    that retried at once, spending its budget in the outage, is named however many jobs sent one request
+    each (an average over them would hide it)."""
+    limit = invariants.OUTAGE_REQUESTS_PER_JOB_LIMIT
+    unlucky = {uuid.uuid4(): limit - 1 for _ in range(3)}
+    await _outage_requests(databases, unlucky)
+    assert (await invariants.outage_check(databases)).held
+    hammering = uuid.uuid4()
+    await _outage_requests(databases, {hammering: 19} | {uuid.uuid4(): 1 for _ in range(20)})
+    check = await invariants.outage_check(databases)
+    assert check.violations == [{"job_id": hammering, "requests": 19}]
+    assert check.note == f"{3 * (limit - 1) + 19 + 20} requests from 24 jobs, at most 19 from one"
