@@ -171,11 +171,11 @@ def test_bad_arguments_fail_with_one_line(args, capsys, monkeypatch):
 
 @pytest.mark.parametrize(("command", "variable"), [("worker", "RELIABLEQ_DB_WAIT"), ("api", "RELIABLEQ_DB_TIMEOUT"),
                                                    ("api", "RELIABLEQ_IDEMPOTENCY_WINDOW")])
-def test_a_bad_seconds_variable_in_the_environment_fails_with_one_line(command, variable):
+def test_a_bad_seconds_variable_in_the_environment_fails_with_one_line(command, variable, capsys, monkeypatch):
     """Seconds set in the environment, not a positive number: one line naming the variable, exit 2,
     before any connection is tried."""
-    result = reliableq(command, env={"DATABASE_URL": UNREACHABLE, variable: "soon"})
-    line = assert_one_line_error(result, exit_code=2)
+    monkeypatch.setenv(variable, "soon")
+    line = assert_one_line_error(in_process([command], capsys, monkeypatch), exit_code=2)
     assert line == f"reliableq: error: {variable} must be a positive number of seconds, got 'soon'"
 
 
