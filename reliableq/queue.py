@@ -114,6 +114,10 @@ class Queue:
             cur = await conn.cursor(row_factory=dict_row).execute(self.queries[query], params)
             return await cur.fetchall()
 
+    async def _execute(self, query: str, params: dict[str, Any]) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(self.queries[query], params)
+
     # -- submission -------------------------------------------------------------------------
 
     async def submit(self, submission: Submission, job_id: uuid.UUID | None = None) -> Job:
@@ -354,6 +358,10 @@ class Queue:
                 cur = await conn.cursor(row_factory=dict_row).execute(self.queries["job_count_by_status"])
                 rows = await cur.fetchall()
         return {status: 0 for status in STATUSES} | {row["status"]: row["jobs"] for row in rows}
+
+    async def mark_idle(self, worker_id: str, idle: bool) -> None:
+        """Say whether `worker_id` waits for work: submissions notify only while some worker does."""
+        await self._execute("worker_idle" if idle else "worker_busy", {"worker_id": worker_id})
 
     async def database_now(self) -> datetime:
         return (await self._fetch("database_now", {}))[0]["now"]

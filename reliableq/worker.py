@@ -34,7 +34,7 @@ from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
 from reliableq.permits import ClaimPermits, Permits
 from reliableq.queue import Job, Queue
-from reliableq.wake import listen_for_submissions
+from reliableq.wake import IdleMark, listen_for_submissions
 
 log = logging.getLogger("reliableq.worker")
 FINALIZE_TRIES = 4  # a finalize that meets a database error is tried again, 0.1 s, 0.2 s, 0.4 s later
@@ -123,14 +123,18 @@ class Worker:
                  extra={"worker_id": self.worker_id})
         listener = (asyncio.create_task(listen_for_submissions(self.queue.pool, self._wake.set, self.worker_id))
                     if self.settings.wake_on_submit else None)
+        idle = IdleMark(self.queue, self.worker_id)
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
+                could_claim = self._claim_limit() > 0
                 jobs = await self._claim()
                 if jobs:
                     self.permits.taken(len(jobs))
                 for job in jobs:
                     self._start(job)
+                if listener is not None and could_claim and await idle.after_claim(found_nothing=not jobs):
+                    continue  # just said it is idle: look once more before waiting
                 if not jobs or self._claim_limit() <= 0:
                     # Idle or full: wait for a poll tick, a submission, a finished handler, or a stop.
                     try:
@@ -145,6 +149,8 @@ class Worker:
             if listener is not None:
                 listener.cancel()
                 await asyncio.wait({listener})  # its connection closed before the worker says it stopped
+        if idle.marked:  # not after a crash: a killed worker's mark stays, and submissions keep notifying
+            await idle.set(False)
         log.info("worker %s stopped: %s", self.worker_id, self.stats.summary(), extra={"worker_id": self.worker_id})
         return self.stats
 

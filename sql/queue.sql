@@ -294,6 +294,14 @@ SELECT status, count(*) AS jobs FROM jobs GROUP BY status ORDER BY status;
 -- Bound the rest of this transaction's statements (a scrape's count), in milliseconds, as text.
 SELECT set_config('statement_timeout', %(milliseconds)s, true);
 
+-- name: worker_idle
+-- This worker found nothing to claim: submissions notify again (sql/queue_schema.sql, idle_workers).
+INSERT INTO idle_workers (worker_id) VALUES (%(worker_id)s) ON CONFLICT (worker_id) DO NOTHING;
+
+-- name: worker_busy
+-- This worker has work again, or stops: its submissions need not notify on its account.
+DELETE FROM idle_workers WHERE worker_id = %(worker_id)s;
+
 -- name: database_now
 -- PostgreSQL's clock, the only clock eligibility and leases are measured by.
 SELECT now() AS now;

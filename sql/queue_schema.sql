@@ -34,9 +34,18 @@ CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
 
 -- Wake on submit (reliableq/wake.py, whose CHANNEL this names): a statement that inserts jobs tells the
 -- listening workers, once however many rows, and PostgreSQL delivers it only when the insert commits.
+-- Only while some worker is idle (found nothing at its last claim): a notifying commit holds a lock that
+-- serialises every notifying commit on the server, so under load, with every worker busy, none notifies.
+-- UNLOGGED: after a server crash nobody is idle until a worker finds nothing again.
+CREATE UNLOGGED TABLE IF NOT EXISTS idle_workers (
+    worker_id text PRIMARY KEY,
+    since     timestamptz NOT NULL DEFAULT now()
+);
 CREATE OR REPLACE FUNCTION reliableq_notify_submitted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('reliableq_jobs_submitted', '');
+    IF EXISTS (SELECT 1 FROM idle_workers) THEN
+        PERFORM pg_notify('reliableq_jobs_submitted', '');
+    END IF;
     RETURN NULL;
 END $$;
 CREATE OR REPLACE TRIGGER jobs_notify_submitted AFTER INSERT ON jobs

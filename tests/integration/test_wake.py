@@ -4,10 +4,13 @@ listener whose connection is lost hears again; and with wake off only the poll f
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 import pytest
 
 from reliableq import sql
+from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.lab.harness import fast_settings, local_system
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
@@ -68,10 +71,15 @@ async def test_a_worker_whose_listener_is_cut_off_hears_again(databases):
         await system.stop_workers()
 
 
-async def test_a_notification_comes_only_with_the_commit_of_an_insert(databases):
+async def test_a_notification_comes_only_with_the_commit_of_an_insert_and_only_while_a_worker_is_idle(databases):
     async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as listener, \
             await psycopg.AsyncConnection.connect(databases.queue_url) as writer:
         await listener.execute(f"LISTEN {CHANNEL}")
+        await writer.execute("INSERT INTO jobs (payload) VALUES ('{}')")
+        await writer.commit()
+        assert [n async for n in listener.notifies(timeout=0.3)] == []  # nobody idle: nothing to wake
+        await writer.execute("INSERT INTO idle_workers (worker_id) VALUES ('w')")
+        await writer.commit()
         await writer.execute("INSERT INTO jobs (payload) VALUES ('{}'), ('{}')")
         assert [n async for n in listener.notifies(timeout=0.3)] == []  # not committed: nothing heard
         await writer.rollback()
@@ -80,6 +88,36 @@ async def test_a_notification_comes_only_with_the_commit_of_an_insert(databases)
         await writer.commit()
         heard = [n async for n in listener.notifies(timeout=1.0)]
         assert [n.channel for n in heard] == [CHANNEL]  # one per statement, however many rows
+
+
+async def test_a_worker_is_marked_idle_only_while_it_finds_nothing(databases):
+    """Busy workers make submissions silent (no notifying commits under load); an idle one is marked,
+    unmarked when it claims, and unmarked when it stops."""
+    async def idle_marks() -> list[str]:
+        async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
+            return [row[0] for row in await (await conn.execute("SELECT worker_id FROM idle_workers")).fetchall()]
+
+    async with local_system(databases=databases, api=False, charge=False) as system:
+        blocked = asyncio.Event()
+
+        async def wait_for_the_test(job):
+            await blocked.wait()
+            return Outcome("ok", "released")
+        handlers = HandlerRegistry()
+        handlers.register("noop", wait_for_the_test)
+        worker = system.worker(fast_settings(poll_seconds=POLL_SECONDS, concurrency=1), handlers=handlers)
+        system.start_worker(worker)
+        await wait_until(lambda: idle_marks_now(idle_marks, [worker.worker_id]), 5, "the idle mark")
+        await system.submit_direct(NOOP)  # takes its only permit: busy
+        await wait_until(lambda: idle_marks_now(idle_marks, []), WAKE_BOUND_SECONDS, "the mark taken back")
+        blocked.set()
+        await wait_until(lambda: idle_marks_now(idle_marks, [worker.worker_id]), WAKE_BOUND_SECONDS, "idle again")
+        await system.stop_workers()
+    assert await idle_marks() == []
+
+
+async def idle_marks_now(read, expected: list[str]) -> bool:
+    return await read() == expected
 
 
 def test_the_schema_notifies_the_channel_the_workers_listen_on():
