@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PAYLOAD = {"amount_cents": 1250, "currency": "USD"}  # the charge every benchmark job carries
+BATCH_JOBS = 100  # jobs per call at every batch point: ours (per request or per insert) and the peers'
+BATCHES_PER_CLIENT = 4  # at least this many batches per client at a batch point
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,10 @@ PROFILES = {
                     semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, pickup_jobs=1000,
                     repeats=3, settle_seconds=300),
 }
+
+
+def batch_point_jobs(profile: Profile, clients: int) -> int:
+    """Jobs at a batch point of `clients` clients, ours and the peers' alike. With the profile's job count
+    alone a batch point would be a handful of calls (quick: 800 jobs are 8 batches for 16 clients),
+    measuring start-up rather than a steady rate."""
+    return max(profile.ingest_jobs, BATCHES_PER_CLIENT * clients * BATCH_JOBS)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reliableq.bench import peers
-from reliableq.bench.ingest import BENCH_BATCH_JOBS
+from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult, RunResult
 from reliableq.bench.scenarios import SCENARIOS
 
@@ -330,7 +330,7 @@ def where_time_goes(result: BenchResult) -> list[str]:
             batch_point = key[1].replace("http", "http-batch")
             batched = summary.get(("ingest", batch_point))
             if batched:
-                lines.append(f"- ingest {batch_point}: {batched:,.0f} jobs/s in batches of {BENCH_BATCH_JOBS} per "
+                lines.append(f"- ingest {batch_point}: {batched:,.0f} jobs/s in batches of {BATCH_JOBS} per "
                              f"request and commit, {batched / mean:.1f}x one job per request: the per-request "
                              "and per-commit costs are shared by the batch.")
     return lines or ["- no passing execution or ingestion runs to explain."]
