@@ -3,8 +3,8 @@
 `reliableq bench` sets each figure of ours beside two other PostgreSQL job queues for Python, on the
 same server: `ingest` enqueues N no-op jobs from C concurrent clients, one job per call (as ours submit
 one), and `ingest-batch` the same in batches of our batch points' size (pgqueuer's `Queries.enqueue`
-with lists, procrastinate's `batch_defer_async`, as our batch insert); `execute` drains N preloaded no-
-op jobs with one worker of concurrency C; `pickup` runs a worker and enqueues N no-op jobs one at a
+with lists, procrastinate's `batch_defer_async`, as our batch insert); `execute` drains N preloaded
+no-op jobs with one worker of concurrency C; `pickup` runs a worker and enqueues N no-op jobs one at a
 time, each after the last one's handler started and an idle pause, and times each from its enqueue call
 to its handler's start (in one process, on one clock). Pickup runs ours too, the same way (`reliableq`,
 and `reliableq-poll-only` without wake-on-submit): in-process beside in-process. Each run is its own
