@@ -1,8 +1,7 @@
 """The benchmark's peers: each runner, in its own process on real PostgreSQL, has a rate only when its
 exactly-once check held, and a run that breaks the check has a note instead; the command line refuses bad
-arguments; the bench's baselines have a row per peer point, or a note for a peer that is not installed,
-and the report sets each figure of ours beside each peer at the same client count. Rates are never
-asserted beyond being positive."""
+arguments; the bench's baselines have a row per peer point, or a note for a peer that is not installed.
+Rates are never asserted beyond being positive (what the report sets beside what: test_report.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +14,8 @@ import uuid
 import pytest
 
 from reliableq import db
-from reliableq.bench import baselines, peers, report
+from reliableq.bench import baselines, peers
 from reliableq.bench.profiles import PROFILES
-from reliableq.bench.results import Baseline, BenchResult, RunResult
 
 
 def _needs(peer: str) -> None:
@@ -175,15 +173,3 @@ async def test_baselines_note_a_peer_that_is_not_installed(monkeypatch):
     found = await baselines.measure_baselines(PROFILES["tiny"], ["ingest", "execute"])
     notes = {b.tool: b.note for b in found if not b.tool.startswith("pgbench")}
     assert notes == {peer: "not installed (pip install 'reliableq[peers]')" for peer in peers.PEERS}
-
-
-def test_the_report_sets_ours_beside_each_peer_at_the_same_client_count():
-    """One ratio row per bound measured; a peer that is not installed gets none."""
-    ours = RunResult("ingest", "direct c=4", {"clients": 4, "via": "direct"}, "jobs_per_second",
-                     {"jobs_per_second": 300.0}, passed=True)
-    result = BenchResult("tiny", 0, "", [ours], [
-        Baseline("pgbench-insert", 4, 600.0), Baseline("pgqueuer-enqueue", 4, 150.0),
-        Baseline("pgqueuer-enqueue", 16, 999.0), Baseline("procrastinate", 0, None, "not installed")], {})
-    rows = report.ratios(result)
-    assert [(r["baseline"], r["ratio"]) for r in rows] == [("pgbench-insert c=4", 0.5),
-                                                           ("pgqueuer-enqueue c=4", 2.0)]
