@@ -61,6 +61,9 @@ TASK = "noop"  # the entrypoint / task name every run enqueues
 # any poll interval, as jobs arrive at a quiet system.
 PICKUP_IDLE_SECONDS = (0.01, 0.05)
 PICKUP_WAIT_SECONDS = 10.0  # a handler not started by then: the run fails
+# A pickup run's time allowed per job beyond the settle time: pgqueuer over psycopg takes about a second
+# per job (see PgQueuerRunner), so a run of 200 takes minutes however idle the machine.
+PICKUP_SECONDS_PER_JOB = 2.0
 _Q = sql.queries("peers")
 
 

@@ -158,12 +158,18 @@ def _point_mean(result: BenchResult, scenario: str, point: str, key: str) -> flo
 
 
 def pickup_rows(result: BenchResult) -> list[dict[str, Any]]:
-    """Per queue of the pickup scenario: mean p50 and p99 (ms) over its passing runs."""
-    queues = [q for q in peers.PICKUP_QUEUES if any(r.scenario == "pickup" and r.point == q for r in result.runs)]
-    return [{"queue": q, "p50_ms": _point_mean(result, "pickup", q, "pickup_p50_ms"),
-             "p99_ms": _point_mean(result, "pickup", q, "pickup_p99_ms"),
-             "jobs": next(r.params["jobs"] for r in result.runs if (r.scenario, r.point) == ("pickup", q))}
-            for q in queues]
+    """Per queue of the pickup scenario: mean p50 and p99 (ms) over its passing runs, and why a failed run
+    has no figures (its check's note, or its error)."""
+    rows = []
+    for queue in peers.PICKUP_QUEUES:
+        runs = [r for r in result.runs if (r.scenario, r.point) == ("pickup", queue)]
+        if not runs:
+            continue
+        failed = [r.error or "; ".join(c["note"] for c in r.checks if not c["held"]) for r in runs if not r.passed]
+        rows.append({"queue": queue, "p50_ms": _point_mean(result, "pickup", queue, "pickup_p50_ms"),
+                     "p99_ms": _point_mean(result, "pickup", queue, "pickup_p99_ms"),
+                     "jobs": runs[0].params["jobs"], "failed": "; ".join(failed)})
+    return rows
 
 
 def peers_ahead(result: BenchResult) -> list[str]:
@@ -386,8 +392,8 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
     if pickup:
         lines += ["## Pickup latency", "", f"`pickup`: {SCENARIOS['pickup'].what}. Milliseconds, lower is "
                   "better; a queue whose handler did not run every job exactly once has no figures.", ""]
-        lines += _table(["queue", "p50 ms", "p99 ms", "jobs"],
-                        [[r["queue"], r["p50_ms"], r["p99_ms"], r["jobs"]] for r in pickup])
+        lines += _table(["queue", "p50 ms", "p99 ms", "jobs", "failed runs"],
+                        [[r["queue"], r["p50_ms"], r["p99_ms"], r["jobs"], r["failed"]] for r in pickup])
         lines.append("")
     lines += ["## Ours against PostgreSQL's own limit", "",
               "pgbench with the queue's own table and indexes (`sql/bench_pgbench_*.sql`), at the same client "

@@ -203,16 +203,18 @@ async def _pickup(bench: Bench, repeat: int) -> None:
         if not peers.installed(queue):
             continue
 
-        async def body(queue=queue) -> Measured:
-            run = await peers.measure(queue, peers.PICKUP, bench.profile.pickup_jobs, 1,
-                                      bench.profile.settle_seconds, seed=bench.seed + repeat)
+        jobs = bench.profile.pickup_jobs
+        timeout = bench.profile.settle_seconds + jobs * peers.PICKUP_SECONDS_PER_JOB
+
+        async def body(queue=queue, jobs=jobs, timeout=timeout) -> Measured:
+            run = await peers.measure(queue, peers.PICKUP, jobs, 1, timeout, seed=bench.seed + repeat)
             check = {"name": "every job's handler ran once", "held": run.exactly_once,
                      "violations": 0 if run.exactly_once else 1, "note": run.note or f"{queue} {run.version}",
                      "waived": "", "examples": []}
             return Measured({"pickup_p50_ms": run.pickup_p50_ms, "pickup_p99_ms": run.pickup_p99_ms,
                              "jobs": run.jobs}, run.exactly_once, [check])
-        await bench.measure("pickup", queue, {"queue": queue, "jobs": bench.profile.pickup_jobs},
-                            "pickup_p50_ms", repeat, body)
+        await bench.measure("pickup", queue, {"queue": queue, "jobs": jobs}, "pickup_p50_ms", repeat, body,
+                            timeout + 60)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (

@@ -97,4 +97,13 @@ def test_the_pickup_table_has_p50_and_p99_per_queue():
     assert [(r["queue"], r["p50_ms"], r["p99_ms"]) for r in rows] == [
         ("reliableq", 5.0, 20.0), ("pgqueuer", 900.0, 1000.0), ("procrastinate", 7.0, 15.0)]
     text = report.markdown(_result(), [])
-    assert "## Pickup latency" in text and "| procrastinate | 7 | 15 | 10 |" in text
+    assert "## Pickup latency" in text and "| procrastinate | 7 | 15 | 10 |  |" in text
+
+
+def test_a_failed_pickup_run_says_why_it_has_no_figures():
+    result = _result()
+    (run,) = [r for r in result.runs if r.point == "pgqueuer"]
+    run.passed, run.metrics = False, {"pickup_p50_ms": None, "pickup_p99_ms": None}
+    run.checks = [{"name": "every job's handler ran once", "held": False, "violations": 1, "waived": "",
+                   "note": "did not finish within 520 s"}]
+    assert "| pgqueuer | – | – | 10 | did not finish within 520 s |" in report.markdown(result, [])
