@@ -375,6 +375,8 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
              + ("no run failed." if not failed else f"{len(failed)} failed and are left out of every mean below."),
              ""]
     rows = ratios(result)
+    beside_peers = [r for r in rows if r["against"] == "peer"]
+    bounded = [r for r in rows if r["against"] == "pgbench"]
     lines += ["## Like for like: ours beside the peers", "",
               "Each row sets a mean of ours beside a peer doing the same kind of work in this run, on the same "
               "server, at the same client count: no-op jobs beside no-op jobs, batches beside batches of the same "
@@ -384,7 +386,7 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
     lines += _table(["kind", "clients", "ours /s", "peer", "peer /s", "ratio", "ahead"],
                     [[r["kind"], r["clients"], r["ours_per_second"], r["baseline"].rsplit(" ", 1)[0],
                       r["baseline_per_second"], _ratio(r["ratio"]), r["ahead"]]
-                     for r in rows if r["against"] == "peer"])
+                     for r in beside_peers]) if beside_peers else ["No throughput was measured beside a peer's."]
     ahead = peers_ahead(result)
     lines += ["", "**Where a peer is ahead:**" if ahead else
               "**Where a peer is ahead:** nowhere in this run (of the like points measured).", *ahead, ""]
@@ -395,13 +397,14 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
         lines += _table(["queue", "p50 ms", "p99 ms", "jobs", "failed runs"],
                         [[r["queue"], r["p50_ms"], r["p99_ms"], r["jobs"], r["failed"]] for r in pickup])
         lines.append("")
-    lines += ["## Ours against PostgreSQL's own limit", "",
+    lines += [] if not bounded else ["## Ours against PostgreSQL's own limit", "",
               "pgbench with the queue's own table and indexes (`sql/bench_pgbench_*.sql`), at the same client "
               "count: its one-row insert beside our one-job-per-call submission, its claim + finalize cycle beside "
               "our no-op jobs.", ""]
-    lines += _table(["kind", "point", "ours /s", "bound", "bound /s", "ratio"],
-                    [[r["kind"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"],
-                      _ratio(r["ratio"])] for r in rows if r["against"] == "pgbench"])
+    lines += [] if not bounded else _table(
+        ["kind", "point", "ours /s", "bound", "bound /s", "ratio"],
+        [[r["kind"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"], _ratio(r["ratio"])]
+         for r in bounded])
     charged = charged_rows(result)
     if charged:
         lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
