@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from reliableq import db, sql
 from reliableq.bench import peers
-from reliableq.bench.profiles import PAYLOAD, Profile
+from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD, Profile, batch_point_jobs
 from reliableq.bench.progress import Progress
 from reliableq.bench.results import Baseline
 
@@ -39,10 +39,11 @@ def pgbench_points(profile: Profile, scenarios: Sequence[str]) -> list[tuple[str
 
 
 def peer_points(profile: Profile, scenarios: Sequence[str]) -> list[tuple[str, int]]:
-    """(mode, concurrency) each installed peer runs at: our ingestion client counts, and the concurrencies
-    of our one-process execution (a peer runs one worker process)."""
+    """(mode, concurrency) each installed peer runs at: our ingestion client counts, one job per call and in
+    batches, and the concurrencies of our one-process execution (a peer runs one worker process)."""
     p = profile
-    points = [("ingest", c) for c in sorted(set(p.ingest_clients))] if "ingest" in scenarios else []
+    points = ([(mode, c) for mode in ("ingest", "ingest-batch") for c in sorted(set(p.ingest_clients))]
+              if "ingest" in scenarios else [])
     if {"execute", "noop"} & set(scenarios):
         points += [("execute", c) for c in sorted(set(p.execute_concurrency))]
     return points
@@ -71,10 +72,12 @@ async def measure_baselines(profile: Profile, scenarios: Sequence[str], template
             found.append(Baseline(peer, 0, None, "not installed (pip install 'reliableq[peers]')"))
             continue
         for mode, clients in peer_points(profile, scenarios):
-            jobs = profile.ingest_jobs if mode == "ingest" else profile.execute_jobs
+            jobs = {"ingest": profile.ingest_jobs, "ingest-batch": batch_point_jobs(profile, clients)}.get(
+                mode, profile.execute_jobs)
             run = await peers.measure(peer, mode, jobs, clients, profile.settle_seconds)
+            batches = f" in batches of {BATCH_JOBS}" if mode == "ingest-batch" else ""
             found.append(Baseline(run.tool, clients, run.per_second,
-                                  run.note or f"{peer} {run.version} over psycopg 3, {jobs} no-op jobs"))
+                                  run.note or f"{peer} {run.version} over psycopg 3, {jobs} no-op jobs{batches}"))
             progress.step(f"{run.tool} c={clients}" + ("" if run.per_second else "  no figure"))
     return found
 

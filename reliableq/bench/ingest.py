@@ -1,6 +1,7 @@
 """The ingest scenario: durable submission, over HTTP to the API process (one job per request, or a batch
-per request) and straight into PostgreSQL through the queue (the same insert without HTTP: the
-difference is the API's overhead). Every acknowledged id is checked stored by the gate.
+per request) and straight into PostgreSQL through the queue in the bench's own process (the same inserts
+without HTTP: the difference is the API's overhead, and these are the points set beside the peers'
+in-process enqueue). Every acknowledged id is checked stored by the gate.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import aiohttp
 
 from reliableq import db
 from reliableq.bench.gate import UNFINISHED_CHECK, gate
-from reliableq.bench.profiles import PAYLOAD
+from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD, batch_point_jobs
 from reliableq.bench.results import Measured, Sample, Window
 from reliableq.bench.runner import Bench
 from reliableq.bench.stack import run_system
@@ -23,9 +24,11 @@ from reliableq.lab.harness import LocalSystem
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 
-INGEST_VIAS = ("http", "http-batch", "direct")
-BENCH_BATCH_JOBS = 100  # jobs per request at the ingest scenario's http-batch points
-BATCHES_PER_CLIENT = 4  # at least this many batch requests per client at an http-batch point
+INGEST_VIAS = ("http", "http-batch", "direct", "direct-batch")
+
+
+def is_batch(via: str) -> bool:
+    return via.endswith("-batch")
 
 
 async def ingest(bench: Bench, repeat: int) -> None:
@@ -33,10 +36,7 @@ async def ingest(bench: Bench, repeat: int) -> None:
     for clients in p.ingest_clients:
         for via in INGEST_VIAS:
             point = f"{via} c={clients}"
-            # With the profile's job count alone a batch point would be a handful of requests (quick: 800
-            # jobs are 8 batches for 16 clients), measuring start-up rather than a steady rate.
-            jobs = (max(p.ingest_jobs, BATCHES_PER_CLIENT * clients * BENCH_BATCH_JOBS) if via == "http-batch"
-                    else p.ingest_jobs)
+            jobs = batch_point_jobs(p, clients) if is_batch(via) else p.ingest_jobs
 
             async def body(clients=clients, via=via, point=point, jobs=jobs) -> Measured:
                 async with run_system(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
@@ -63,14 +63,14 @@ async def ingest(bench: Bench, repeat: int) -> None:
                            "jobs_per_second": len(acknowledged) / window.seconds}
                 return Measured(metrics, passed, checks, samples, window)
             await bench.measure("ingest", point, {"clients": clients, "via": via, "jobs": jobs,
-                                                  "jobs_per_request": BENCH_BATCH_JOBS if via == "http-batch" else 1},
+                                                  "jobs_per_request": BATCH_JOBS if is_batch(via) else 1},
                                 "jobs_per_second", repeat, body)
 
 
 class _Submit:
     """Submits up to `batch` jobs per call and returns their acknowledged ids: one job per request over
-    HTTP to the API process, `batch` per request through its batch endpoint, or one straight into
-    PostgreSQL through the queue (the same insert without HTTP: the difference is the API's overhead)."""
+    HTTP to the API process, `batch` per request through its batch endpoint, or the same straight into
+    PostgreSQL through the queue (the same inserts without HTTP: the difference is the API's overhead)."""
 
     def __init__(self, submit: Callable[[int], Awaitable[list[uuid.UUID]]], close: Callable[[], Awaitable[None]],
                  batch: int = 1) -> None:
@@ -105,11 +105,16 @@ async def _submitter(system: LocalSystem, via: str, clients: int) -> _Submit:
                 return [uuid.UUID(job["id"]) for job in (await _accepted(response))["jobs"]]
         if via == "http":
             return _Submit(over_http, http.close)
-        return _Submit(in_batches, http.close, BENCH_BATCH_JOBS)
+        return _Submit(in_batches, http.close, BATCH_JOBS)
     pool = await db.open_pool_checked(system.databases.queue_url, max_size=clients, min_size=clients)
     queue = Queue(pool)
     submission = Submission(payload=dict(PAYLOAD), max_attempts=5)
 
     async def direct(jobs: int) -> list[uuid.UUID]:
         return [(await queue.submit(submission)).id]
-    return _Submit(direct, pool.close)
+
+    async def direct_batch(jobs: int) -> list[uuid.UUID]:  # the API's unkeyed batch: one statement and commit
+        return [job.id for job in await queue.submit_many([submission] * jobs)]
+    if via == "direct":
+        return _Submit(direct, pool.close)
+    return _Submit(direct_batch, pool.close, BATCH_JOBS)

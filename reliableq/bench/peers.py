@@ -1,25 +1,28 @@
 """The benchmark's peers: pgqueuer and procrastinate doing our benchmark's work through their own APIs.
 
-`reliableq bench` sets each figure of ours beside two other PostgreSQL job queues for Python, on the same
-server: `ingest` enqueues N no-op jobs from C concurrent clients, one job per call (as ours submit one);
-`execute` drains N preloaded no-op jobs with one worker of concurrency C; `pickup` runs a worker and
-enqueues N no-op jobs one at a time, each after the last one's handler started and an idle pause, and
-times each from its enqueue call to its handler's start (in one process, on one clock). Pickup runs ours
-too, the same way (`reliableq`, and `reliableq-poll-only` without wake-on-submit): in-process beside
-in-process. Each run is its own process,
+`reliableq bench` sets each figure of ours beside two other PostgreSQL job queues for Python, on the
+same server: `ingest` enqueues N no-op jobs from C concurrent clients, one job per call (as ours submit
+one), and `ingest-batch` the same in batches of our batch points' size (pgqueuer's `Queries.enqueue`
+with lists, procrastinate's `batch_defer_async`, as our batch insert); `execute` drains N preloaded
+no-op jobs with one worker of concurrency C; `pickup` runs a worker and enqueues N no-op jobs one at a
+time, each after the last one's handler started and an idle pause, and times each from its enqueue call
+to its handler's start (in one process, on one clock). Pickup runs ours too, the same way (`reliableq`,
+and `reliableq-poll-only` without wake-on-submit): in-process beside in-process. Each run is its own
+process,
 
-    python -m reliableq.bench.peers QUEUE ingest|execute|pickup --jobs N --concurrency C --dsn URL
+    python -m reliableq.bench.peers QUEUE ingest|ingest-batch|execute|pickup --jobs N --concurrency C --dsn URL
 
 printing one JSON line (a `PeerRun`), so its CPU is its own as our worker's is and a peer that crashes
 cannot take the bench down. `measure` gives every run a fresh, empty database of the server, into which
 the peer installs its own schema with its own API; both use psycopg 3.
 
-A run has a figure only if the peer's own tables agree: after `ingest` every job is stored and waiting;
-after `execute` every job ran exactly once and completed exactly once. Otherwise it has a note and no
-figure. Execution is timed on the server's clock, from just before the worker starts to the last
-completion the peer recorded: a worker's slow shutdown is not counted (ours is timed to its last
-finalize too), its start-up is (ours is running before its jobs arrive; a peer's worker would exit on
-an empty queue). What this module does not do: tune a peer beyond its concurrency settings.
+A run has a figure only if the peer's own tables agree: after `ingest` or `ingest-batch` every job is
+stored once and waiting; after `execute` every job ran exactly once and completed exactly once.
+Otherwise it has a note and no figure. Execution is timed on the server's clock, from just before the
+worker starts to the last completion the peer recorded: a worker's slow shutdown is not counted (ours is
+timed to its last finalize too), its start-up is (ours is running before its jobs arrive; a peer's
+worker would exit on an empty queue). What this module does not do: tune a peer beyond its concurrency
+settings.
 """
 
 from __future__ import annotations
@@ -45,9 +48,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from reliableq import db, sql
+from reliableq.bench.profiles import BATCH_JOBS
 
 PEERS = ("pgqueuer", "procrastinate")
-MODES = ("ingest", "execute")  # the peers' baselines beside our ingest and execute scenarios
+# The peers' baselines beside our ingest (one per call, batches) and no-op execution, by their report name.
+_TOOLS = {"ingest": "enqueue", "ingest-batch": "enqueue-batch", "execute": "execute"}
+MODES = tuple(_TOOLS)
 PICKUP = "pickup"  # our pickup scenario's runs, ours among them
 PICKUP_QUEUES = ("reliableq", "reliableq-poll-only", *PEERS)
 TASK = "noop"  # the entrypoint / task name every run enqueues
@@ -55,6 +61,9 @@ TASK = "noop"  # the entrypoint / task name every run enqueues
 # any poll interval, as jobs arrive at a quiet system.
 PICKUP_IDLE_SECONDS = (0.01, 0.05)
 PICKUP_WAIT_SECONDS = 10.0  # a handler not started by then: the run fails
+# A pickup run's time allowed per job beyond the settle time: pgqueuer over psycopg takes about a second
+# per job (see PgQueuerRunner), so a run of 200 takes minutes however idle the machine.
+PICKUP_SECONDS_PER_JOB = 2.0
 _Q = sql.queries("peers")
 
 
@@ -63,10 +72,10 @@ class PeerRun:
     """One run of one peer: its rate when its exactly-once check held, else a note saying why not."""
 
     peer: str
-    mode: str  # ingest | execute
+    mode: str  # ingest | ingest-batch | execute | pickup
     jobs: int
     concurrency: int
-    exactly_once: bool = False  # ingest: every job stored once and waiting; execute: ran and completed once
+    exactly_once: bool = False  # ingest(-batch): every job stored once and waiting; execute: ran, completed once
     per_second: float | None = None  # only when exactly_once held
     seconds: float | None = None
     pickup_p50_ms: float | None = None  # pickup: from the enqueue call to the handler's start
@@ -80,8 +89,8 @@ class PeerRun:
 
 
 def tool(peer: str, mode: str) -> str:
-    """The baseline's name in the bench's report: `pgqueuer-enqueue`, `procrastinate-execute`, ..."""
-    return f"{peer}-{'enqueue' if mode == 'ingest' else 'execute'}"
+    """The baseline's name in the bench's report: `pgqueuer-enqueue`, `procrastinate-enqueue-batch`, ..."""
+    return f"{peer}-{_TOOLS[mode]}"
 
 
 def installed(peer: str) -> bool:
@@ -90,15 +99,17 @@ def installed(peer: str) -> bool:
 
 # -- what both peers share --------------------------------------------------------------------------
 
-async def _from_clients(enqueuers: Sequence[Callable[[], Awaitable[int]]], jobs: int) -> tuple[list[int], float]:
-    """Each client enqueues one job per call until `jobs` are enqueued, taking the next job number from a
-    shared iterator as ours do (`reliableq.bench.ingest`); the ids, and the seconds it took."""
-    remaining = iter(range(jobs))
+async def _from_clients(enqueuers: Sequence[Callable[[int], Awaitable[list[int]]]], jobs: int,
+                        batch: int) -> tuple[list[int], float]:
+    """Each client enqueues `batch` jobs per call (the last call the rest) until `jobs` are enqueued, taking
+    the next slice of job numbers from a shared iterator as ours do (`reliableq.bench.ingest`); the ids,
+    and the seconds it took."""
+    starts = iter(range(0, jobs, batch))
     ids: list[int] = []
 
-    async def client(enqueue: Callable[[], Awaitable[int]]) -> None:
-        for _ in remaining:
-            ids.append(await enqueue())
+    async def client(enqueue: Callable[[int], Awaitable[list[int]]]) -> None:
+        for first in starts:
+            ids.extend(await enqueue(min(batch, jobs - first)))
     start = time.monotonic()
     await asyncio.gather(*(client(enqueue) for enqueue in enqueuers))
     return ids, time.monotonic() - start
@@ -176,16 +187,18 @@ class PgQueuerRunner(_PeerRunner):
         async with await _connect(self.dsn) as conn:
             await Queries.from_psycopg_connection(conn).install()
 
-    async def ingest(self, jobs: int, clients: int) -> tuple[list[int], float]:
+    async def ingest(self, jobs: int, clients: int, batch: int) -> tuple[list[int], float]:
         from pgqueuer import Queries
         connections = [await _connect(self.dsn) for _ in range(clients)]
         try:
-            def enqueuer(queries: Queries) -> Callable[[], Awaitable[int]]:
-                async def enqueue() -> int:
-                    (job_id,) = await queries.enqueue(TASK, None)
-                    return job_id
+            def enqueuer(queries: Queries) -> Callable[[int], Awaitable[list[int]]]:
+                async def enqueue(n: int) -> list[int]:
+                    if batch == 1:  # its one-job call, as a user enqueues one job
+                        return await queries.enqueue(TASK, None)
+                    return await queries.enqueue([TASK] * n, [None] * n, [0] * n)  # one statement for the list
                 return enqueue
-            return await _from_clients([enqueuer(Queries.from_psycopg_connection(c)) for c in connections], jobs)
+            return await _from_clients([enqueuer(Queries.from_psycopg_connection(c)) for c in connections], jobs,
+                                       batch)
         finally:
             for conn in connections:
                 await conn.close()
@@ -246,10 +259,15 @@ class ProcrastinateRunner(_PeerRunner):
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
 
-    async def ingest(self, jobs: int, clients: int) -> tuple[list[int], float]:
+    async def ingest(self, jobs: int, clients: int, batch: int) -> tuple[list[int], float]:
         app, noop = self._app(clients, clients)  # opened with every connection, as ours
+
+        async def enqueue(n: int) -> list[int]:
+            if batch == 1:
+                return [await noop.defer_async()]
+            return await noop.batch_defer_async(*({} for _ in range(n)))
         async with app.open_async():
-            return await _from_clients([noop.defer_async] * clients, jobs)
+            return await _from_clients([enqueue] * clients, jobs, batch)
 
     async def preload(self, jobs: int) -> list[int]:
         app, noop = self._app(1, 1)
@@ -338,8 +356,8 @@ async def run(peer: str, mode: str, jobs: int, concurrency: int, dsn: str, seed:
         centiles = statistics.quantiles(latencies, n=100, method="inclusive")
         return replace(done, exactly_once=True, seconds=sum(latencies),
                        pickup_p50_ms=1000 * statistics.median(latencies), pickup_p99_ms=1000 * centiles[98])
-    if mode == "ingest":
-        ids, seconds = await runner.ingest(jobs, concurrency)
+    if mode in ("ingest", "ingest-batch"):
+        ids, seconds = await runner.ingest(jobs, concurrency, BATCH_JOBS if mode == "ingest-batch" else 1)
         outcome = await _read(dsn, f"{peer}_outcome", {"ids": ids})
         if len(set(ids)) != jobs or outcome["waiting"] != jobs:
             return replace(done, note=f"check failed: {len(set(ids))} distinct ids for {jobs} jobs, "
@@ -425,15 +443,17 @@ def _conninfo(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reliableq.bench.peers",
-        description="Run one peer's ingest or execute on an empty database and print one JSON line. "
+        description="Run one peer's ingest, ingest-batch, execute or pickup on an empty database and print "
+                    "one JSON line. "
                     "The database gets the peer's schema: use a scratch one.")
     parser.add_argument("peer", choices=PICKUP_QUEUES)
     parser.add_argument("mode", choices=(*MODES, PICKUP),
-                        help="ingest: enqueue one job per call; execute: drain preloaded jobs; "
+                        help=f"ingest: enqueue one job per call; ingest-batch: {BATCH_JOBS} per call; "
+                             "execute: drain preloaded jobs; "
                              "pickup: one job at a time, each timed to its handler's start")
     parser.add_argument("--jobs", type=_positive, required=True, help="jobs to enqueue or drain")
     parser.add_argument("--concurrency", type=_positive, required=True,
-                        help="ingest: concurrent clients; execute: the worker's concurrency")
+                        help="ingest(-batch): concurrent clients; execute: the worker's concurrency")
     parser.add_argument("--dsn", type=_conninfo, required=True, help="an empty database of the server to measure")
     parser.add_argument("--seed", type=int, default=0, help="seed of pickup's idle pauses")
     parser.add_argument("--debug", action="store_true", help="show a failure's traceback")

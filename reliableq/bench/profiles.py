@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PAYLOAD = {"amount_cents": 1250, "currency": "USD"}  # the charge every benchmark job carries
+BATCH_JOBS = 100  # jobs per call at every batch point: ours (per request or per insert) and the peers'
+BATCHES_PER_CLIENT = 4  # at least this many batches per client at a batch point
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,13 @@ PROFILES = {
                     latency_jobs=2000, latency_concurrency=(8, 16, 32), charge_latency_seconds=0.01,
                     kill9_leases=(1.0, 2.0, 5.0), retry_jobs=600, retry_rates=(0.0, 0.1, 0.25, 0.5),
                     idempotency_requests=2000, idempotency_clients=100, dead_jobs=1000, semaphore_jobs=100,
-                    semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, pickup_jobs=1000,
+                    semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, pickup_jobs=300,
                     repeats=3, settle_seconds=300),
 }
+
+
+def batch_point_jobs(profile: Profile, clients: int) -> int:
+    """Jobs at a batch point of `clients` clients, ours and the peers' alike. With the profile's job count
+    alone a batch point would be a handful of calls (quick: 800 jobs are 8 batches for 16 clients),
+    measuring start-up rather than a steady rate."""
+    return max(profile.ingest_jobs, BATCHES_PER_CLIENT * clients * BATCH_JOBS)

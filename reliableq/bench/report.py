@@ -1,11 +1,13 @@
 """The benchmark's files: results.json, runs.csv, baselines.csv, charts (PNG) and report.md.
 
-Every figure of ours is set beside what bounds it, measured in the same run: pgbench's one-row insert
-for ingestion, pgbench's claim+finalize cycle for execution, at the same client count, and beside the
-peers (pgqueuer, procrastinate: `reliableq.bench.peers`) enqueueing and running no-op jobs. Failed runs are
+Like for like (`KINDS`): each figure of ours is set only beside the same kind of work, measured in the same
+run on the same server at the same client count: our no-op jobs beside the peers' no-op jobs (pgqueuer,
+procrastinate: `reliableq.bench.peers`), our in-process enqueue beside theirs, one job per call or in
+batches of the same size; pgbench's one-row insert and claim+finalize cycle bound our one-per-call
+submission and our no-op jobs. Our jobs with an HTTP charge each, and our HTTP submission, have tables and
+charts of their own (no peer does either); where a peer is ahead, the report says so. Failed runs are
 listed with the invariant they broke and kept out of every mean and chart. This module only formats;
-it measures nothing and judges nothing the gate did not already judge.
-"""
+it measures nothing and judges nothing the gate did not already judge."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import csv
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from reliableq.bench import peers
-from reliableq.bench.ingest import BENCH_BATCH_JOBS
+from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult, RunResult
 from reliableq.bench.scenarios import SCENARIOS
 
@@ -74,7 +77,41 @@ def link_latest(out_dir: Path) -> None:
         shutil.copytree(out_dir, latest)
 
 
-# -- ratios -----------------------------------------------------------------------------------------
+# -- like for like ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of work of ours, and what may be set beside it: the peers' run of the same kind (None
+    when no peer does it) and pgbench's transaction bounding it (None when pgbench runs nothing like it)."""
+
+    name: str
+    scenario: str
+    via: str | None  # the ingest scenario's via; None for execution
+    peer_mode: str | None  # reliableq.bench.peers mode
+    bound: str | None  # pgbench-insert | pgbench-claim
+
+
+KINDS = (
+    Kind("enqueue, one job per call, in-process", "ingest", "direct", "ingest", "pgbench-insert"),
+    Kind(f"enqueue, batches of {BATCH_JOBS}, in-process", "ingest", "direct-batch", "ingest-batch", None),
+    # No peer has an HTTP API: our HTTP points are set beside our own in-process ones (where the time goes).
+    Kind("submit, one job per request over HTTP", "ingest", "http", None, "pgbench-insert"),
+    Kind(f"submit, batches of {BATCH_JOBS} per request over HTTP", "ingest", "http-batch", None, None),
+    Kind("no-op jobs, one worker process", "noop", None, "execute", "pgbench-claim"),
+)
+CHARGED = ("execute", "latency")  # jobs with an HTTP charge each: no peer runs an effect, so on their own
+
+
+def kind_of(scenario: str, params: dict[str, Any]) -> Kind | None:
+    """The kind a point of ours is, or None for a point set beside nothing (charged jobs, several processes)."""
+    if scenario == "noop" and params.get("workers") != 1:
+        return None
+    return next((k for k in KINDS if k.scenario == scenario and k.via == params.get("via")), None)
+
+
+def _clients(params: dict[str, Any]) -> int:
+    return params["clients"] if "clients" in params else params["workers"] * params["permits"]
+
 
 def _baseline(result: BenchResult, tool: str, clients: int) -> float | None:
     for b in result.baselines:
@@ -83,38 +120,160 @@ def _baseline(result: BenchResult, tool: str, clients: int) -> float | None:
     return None
 
 
-def _bounds(scenario: str, params: dict[str, Any]) -> tuple[list[str], int]:
-    """What a point of ours is set beside, and the client count the baselines must match: pgbench's bound
-    first, then each peer doing the same kind of work (none for latency: the peers' jobs do nothing)."""
-    if scenario == "ingest":
-        # Batch points too: pgbench commits one row per transaction; the ratio shows what grouping buys.
-        return ["pgbench-insert", *(peers.tool(p, "ingest") for p in peers.PEERS)], params["clients"]
-    if scenario in ("execute", "noop", "latency"):
-        tools = ["pgbench-claim"] + ([peers.tool(p, "execute") for p in peers.PEERS] if scenario != "latency" else [])
-        return tools, params["workers"] * params["permits"]
-    return [], 0
+def _passed_params(result: BenchResult, scenario: str, point: str) -> dict[str, Any]:
+    return next(r.params for r in result.runs if (r.scenario, r.point) == (scenario, point) and r.passed)
 
 
 def ratios(result: BenchResult) -> list[dict[str, Any]]:
-    """Each passing mean of ours over each bound measured at the same client count in the same run."""
+    """Each passing mean of ours over each like figure measured in the same run at the same client count:
+    the peers doing the same kind of work, and pgbench's bound; `ahead` names the faster."""
     measured = {b.tool for b in result.baselines}
     rows = []
     for row in result.summary():
         if row["mean"] is None:
             continue
-        runs = [r for r in result.runs if (r.scenario, r.point) == (row["scenario"], row["point"]) and r.passed]
-        tools, clients = _bounds(row["scenario"], runs[0].params)
+        params = _passed_params(result, row["scenario"], row["point"])
+        kind = kind_of(row["scenario"], params)
+        if kind is None:
+            continue
+        tools = ([kind.bound] if kind.bound else []) + (
+            [peers.tool(p, kind.peer_mode) for p in peers.PEERS] if kind.peer_mode else [])
+        clients = _clients(params)
         for tool in tools:
             if tool not in measured and not tool.startswith("pgbench"):
                 continue  # a peer that is not installed: the baselines table says so
-            bound = _baseline(result, tool, clients)
-            rows.append({"scenario": row["scenario"], "point": row["point"], "ours_per_second": row["mean"],
-                         "baseline": f"{tool} c={clients}", "baseline_per_second": bound,
-                         "ratio": row["mean"] / bound if bound else None})
+            theirs = _baseline(result, tool, clients)
+            ratio = row["mean"] / theirs if theirs else None
+            rows.append({"scenario": row["scenario"], "point": row["point"], "kind": kind.name, "clients": clients,
+                         "ours_per_second": row["mean"], "against": "pgbench" if tool.startswith("pgbench") else "peer",
+                         "baseline": f"{tool} c={clients}", "baseline_per_second": theirs, "ratio": ratio,
+                         "ahead": None if ratio is None else "ours" if ratio >= 1 else tool.split("-")[0]})
+    return rows
+
+
+def _point_mean(result: BenchResult, scenario: str, point: str, key: str) -> float | None:
+    values = [r.metrics[key] for r in result.runs
+              if (r.scenario, r.point) == (scenario, point) and r.passed and r.metrics.get(key) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def pickup_rows(result: BenchResult) -> list[dict[str, Any]]:
+    """Per queue of the pickup scenario: mean p50 and p99 (ms) over its passing runs, and why a failed run
+    has no figures (its check's note, or its error)."""
+    rows = []
+    for queue in peers.PICKUP_QUEUES:
+        runs = [r for r in result.runs if (r.scenario, r.point) == ("pickup", queue)]
+        if not runs:
+            continue
+        failed = [r.error or "; ".join(c["note"] for c in r.checks if not c["held"]) for r in runs if not r.passed]
+        rows.append({"queue": queue, "p50_ms": _point_mean(result, "pickup", queue, "pickup_p50_ms"),
+                     "p99_ms": _point_mean(result, "pickup", queue, "pickup_p99_ms"),
+                     "jobs": runs[0].params["jobs"], "failed": "; ".join(failed)})
+    return rows
+
+
+def peers_ahead(result: BenchResult) -> list[str]:
+    """One plain line per like point where a peer did better than ours: higher rate, or lower pickup latency."""
+    lines = [f"- {r['kind']}, c={r['clients']}: {r['baseline'].rsplit(' ', 1)[0]} {r['baseline_per_second']:,.0f} "
+             f"jobs/s, ours {r['ours_per_second']:,.0f} ({r['ahead']} {1 / r['ratio']:.2f}x ahead)."
+             for r in ratios(result) if r["against"] == "peer" and r["ahead"] not in (None, "ours")]
+    pickup = {row["queue"]: row for row in pickup_rows(result)}
+    ours = pickup.get("reliableq")
+    for peer in peers.PEERS:
+        theirs = pickup.get(peer)
+        if not ours or not theirs:
+            continue
+        for centile in ("p50_ms", "p99_ms"):
+            if ours[centile] is not None and theirs[centile] is not None and theirs[centile] < ours[centile]:
+                lines.append(f"- pickup {centile[:3]}: {peer} {theirs[centile]:.1f} ms, ours {ours[centile]:.1f} ms "
+                             f"({peer} lower).")
+    return lines
+
+
+def charged_rows(result: BenchResult) -> list[dict[str, Any]]:
+    """Our jobs with an HTTP charge each, beside our own no-op jobs at the same concurrency (what the effect
+    costs): no peer runs an effect, so these are set beside no one else."""
+    noop = {_clients(r.params): r.point for r in result.runs if r.scenario == "noop" and r.params["workers"] == 1}
+    rows = []
+    for row in result.summary():
+        if row["scenario"] not in CHARGED or row["mean"] is None:
+            continue
+        params = _passed_params(result, row["scenario"], row["point"])
+        clients = _clients(params)
+        noop_point = noop.get(clients) if params["workers"] == 1 else None
+        noop_mean = _point_mean(result, "noop", noop_point, "jobs_per_second") if noop_point else None
+        rows.append({"scenario": row["scenario"], "point": row["point"], "clients": clients,
+                     "charge_args": " ".join(params.get("charge_args") or []) or "–", "per_second": row["mean"],
+                     "noop_per_second": noop_mean, "share_of_noop": row["mean"] / noop_mean if noop_mean else None})
     return rows
 
 
 # -- charts -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    xs: list[float]
+    ys: list[float]
+    style: str
+    ours: bool = False
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One line chart: like series only (see KINDS), so a reader can set each beside each."""
+
+    name: str  # the PNG's file name
+    title: str
+    xlabel: str
+    series: list[Series]
+
+
+def line_charts(result: BenchResult) -> list[Chart]:
+    """The throughput charts, each of one kind of work: ours beside the peers doing the same and pgbench's
+    bound; our HTTP and our charged jobs on charts of their own. A chart with no series of ours is left out."""
+    summary = {(r["scenario"], r["point"]): r["mean"] for r in result.summary()}
+    passed = [r for r in result.runs if r.passed]
+
+    def ours(scenario: str, label: str, style: str, keep=lambda params: True) -> Series:
+        points = sorted({(_clients(r.params), r.point) for r in passed if r.scenario == scenario and keep(r.params)
+                         and summary.get((scenario, r.point)) is not None})
+        return Series(label, [c for c, _ in points], [summary[(scenario, p)] for _, p in points], style, True)
+
+    def baseline(tool: str, label: str, style: str) -> Series:
+        points = sorted((b.clients, b.per_second) for b in result.baselines if b.tool == tool and b.per_second)
+        return Series(label, [c for c, _ in points], [v for _, v in points], style)
+
+    def like(kind: Kind, label: str) -> list[Series]:
+        found = [ours(kind.scenario, label, "o-", lambda params: kind_of(kind.scenario, params) == kind)]
+        if kind.peer_mode:
+            found += [baseline(peers.tool(peer, kind.peer_mode), peer, style)
+                      for peer, style in zip(peers.PEERS, ("v:", "x:"), strict=True)]
+        if kind.bound:
+            found.append(baseline(kind.bound, "pgbench " + ("one-row insert" if kind.bound == "pgbench-insert"
+                                                          else "claim+finalize"), "k--"))
+        return found
+
+    kinds = {(k.scenario, k.via): k for k in KINDS}
+    via = lambda v: lambda params: params.get("via") == v  # noqa: E731
+    charts = [
+        Chart("ingest.png", "Enqueue in-process, one job per call", "clients",
+              like(kinds[("ingest", "direct")], "ours (Queue.submit)")),
+        Chart("ingest_batch.png", f"Enqueue in-process, batches of {BATCH_JOBS}", "clients",
+              like(kinds[("ingest", "direct-batch")], "ours (Queue.submit_many)")),
+        Chart("ingest_http.png", "Ours over HTTP (no peer has an HTTP API)", "clients",
+              [ours("ingest", "one job per request", "o-", via("http")),
+               ours("ingest", f"batches of {BATCH_JOBS} per request", "^-", via("http-batch"))]),
+        Chart("execute.png", "No-op jobs, one worker process", "concurrency",
+              like(kinds[("noop", None)], "ours")),
+        Chart("execute_charge.png", "Ours with an HTTP charge per job (no peer runs an effect)",
+              "concurrency (permits in total)",
+              [ours("execute", "one process, instant charges", "o-", lambda params: params["workers"] == 1),
+               ours("execute", "several processes", "D", lambda params: params["workers"] > 1),
+               ours("latency", "one process, charges with latency", "^-")]),
+    ]
+    return [replace(c, series=[s for s in c.series if s.xs]) for c in charts if any(s.xs for s in c.series if s.ours)]
+
 
 def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
     try:
@@ -123,7 +282,6 @@ def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return [], "matplotlib is not installed (pip install 'reliableq[lab]'): no charts"
-    summary = {(r["scenario"], r["point"]): r for r in result.summary()}
     passed = [r for r in result.runs if r.passed]
     written = []
 
@@ -134,66 +292,42 @@ def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
         plt.close(fig)
         written.append(path)
 
-    def mean_of(scenario: str, point: str) -> float | None:
-        row = summary.get((scenario, point))
-        return row["mean"] if row else None
-
-    def baseline_series(tool: str) -> tuple[list[int], list[float]]:
-        points = sorted((b.clients, b.per_second) for b in result.baselines if b.tool == tool and b.per_second)
-        return [c for c, _ in points], [v for _, v in points]
-
-    def plot_peers(ax, mode: str, doing: str) -> None:
-        for peer, style in zip(peers.PEERS, ("v:", "x:"), strict=True):
-            xs, ys = baseline_series(peers.tool(peer, mode))
-            if xs:  # a peer not installed gets no legend entry
-                ax.plot(xs, ys, style, label=f"{peer}, {doing}")
-
-    ingest_clients = sorted({r.params["clients"] for r in passed if r.scenario == "ingest"})
-    if ingest_clients:
+    for chart in line_charts(result):
         fig, ax = plt.subplots(figsize=(6.5, 4))
-        for via, style in (("http", "o-"), ("http-batch", "^-"), ("direct", "s-")):
-            xs = [c for c in ingest_clients if mean_of("ingest", f"{via} c={c}") is not None]
-            ax.plot(xs, [mean_of("ingest", f"{via} c={c}") for c in xs], style, label=f"ours, {via}")
-        ax.plot(*baseline_series("pgbench-insert"), "k--", label="pgbench one-row insert")
-        plot_peers(ax, "ingest", "one job per call")
-        ax.set(xscale="log", yscale="log", xlabel="clients", ylabel="jobs/s", title="Durable ingestion")
-        ax.set_xticks(ingest_clients, [str(c) for c in ingest_clients])
-        ax.legend()
-        save(fig, "ingest.png")
-
-    execute_runs = [r for r in passed if r.scenario in ("execute", "latency")]
-    if execute_runs:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-        for scenario, style in (("execute", "o-"), ("latency", "^-")):
-            points = sorted({(r.params["permits"], r.point) for r in execute_runs
-                             if r.scenario == scenario and r.params["workers"] == 1})
-            if points:
-                ax.plot([c for c, _ in points], [mean_of(scenario, p) for _, p in points], style,
-                        label="ours, one process" + (", 10 ms charges" if scenario == "latency" else ""))
-        multi = sorted({(r.params["workers"] * r.params["permits"], r.point) for r in execute_runs
-                        if r.scenario == "execute" and r.params["workers"] > 1})
-        for clients, point in multi:
-            ax.plot([clients], [mean_of("execute", point)], "D", label=f"ours, {point} processes")
-        ax.plot(*baseline_series("pgbench-claim"), "k--", label="pgbench claim+finalize")
-        plot_peers(ax, "execute", "no-op jobs")
-        ax.set(xscale="log", yscale="log", xlabel="concurrency (permits in total)", ylabel="jobs/s",
-               title="Execution throughput")
+        for series in chart.series:
+            ax.plot(series.xs, series.ys, series.style, label=series.label)
+        ticks = sorted({x for series in chart.series for x in series.xs})
+        ax.set(xscale="log", yscale="log", xlabel=chart.xlabel, ylabel="jobs/s", title=chart.title)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.tick_params(axis="x", which="minor", labelbottom=False)  # the clients measured, nothing between
         ax.legend(fontsize=8)
-        save(fig, "execute.png")
+        save(fig, chart.name)
 
-        breakdown = [r for r in execute_runs if r.scenario == "execute" and r.metrics.get("claim_mean_ms") is not None]
-        if breakdown:
-            fig, ax = plt.subplots(figsize=(6.5, 4))
-            labels = [r.point for r in breakdown]
-            bottom = [0.0] * len(breakdown)
-            for key, label in (("claim_mean_ms", "claim (per claim)"), ("charge_mean_ms", "charge HTTP"),
-                               ("finalize_mean_ms", "finalize"), ("pool_wait_mean_ms", "pool wait (per request)")):
-                values = [r.metrics.get(key) or 0.0 for r in breakdown]
-                ax.bar(labels, values, bottom=bottom, label=label)
-                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-            ax.set(xlabel="processes x permits", ylabel="ms", title="Where a job's time goes (means)")
-            ax.legend(fontsize=8)
-            save(fig, "time.png")
+    breakdown = [r for r in passed if r.scenario == "execute" and r.metrics.get("claim_mean_ms") is not None]
+    if breakdown:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        labels = [r.point for r in breakdown]
+        bottom = [0.0] * len(breakdown)
+        for key, label in (("claim_mean_ms", "claim (per claim)"), ("charge_mean_ms", "charge HTTP"),
+                           ("finalize_mean_ms", "finalize"), ("pool_wait_mean_ms", "pool wait (per request)")):
+            values = [r.metrics.get(key) or 0.0 for r in breakdown]
+            ax.bar(labels, values, bottom=bottom, label=label)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        ax.set(xlabel="processes x permits", ylabel="ms", title="Where a job's time goes (means)")
+        ax.legend(fontsize=8)
+        save(fig, "time.png")
+
+    pickup = [row for row in pickup_rows(result) if row["p50_ms"] is not None]
+    if pickup:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        xs = range(len(pickup))
+        for offset, centile in ((-0.2, "p50_ms"), (0.2, "p99_ms")):
+            ax.bar([x + offset for x in xs], [row[centile] for row in pickup], width=0.4, label=centile[:3])
+        ax.set_xticks(list(xs), [row["queue"] for row in pickup])
+        ax.set(yscale="log", ylabel="ms from enqueue call to handler start",
+               title="Pickup latency on an idle system (lower is better)")
+        ax.legend()
+        save(fig, "pickup.png")
 
     for scenario, key, xlabel, title, name in (
             ("retry", "transient_rate", "transient failure rate", "Retry amplification (charge requests per job)",
@@ -227,6 +361,10 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _ratio(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f}"
+
+
 def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> str:
     failed = [r for r in result.runs if not r.passed]
     env = result.environment
@@ -236,22 +374,54 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
              f"**Gate:** {len(result.runs) - len(failed)} of {len(result.runs)} runs passed every invariant; "
              + ("no run failed." if not failed else f"{len(failed)} failed and are left out of every mean below."),
              ""]
-    lines += ["## Ours against what bounds us", "",
-              "Ratio = our mean over the bound measured in this run, on the same server, at the same client count "
-              "(pgbench with the queue's own table and indexes: `sql/bench_pgbench_*.sql`; pgqueuer and "
-              "procrastinate through their own APIs, each run in its own process on a fresh database, enqueueing "
-              "one job per call or running no-op jobs with one worker: `reliableq/bench/peers.py`).", ""]
-    lines += _table(["scenario", "point", "ours /s", "bound", "bound /s", "ratio"],
-                    [[r["scenario"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"],
-                      None if r["ratio"] is None else f"{r['ratio']:.2f}"] for r in ratios(result)])
+    rows = ratios(result)
+    beside_peers = [r for r in rows if r["against"] == "peer"]
+    bounded = [r for r in rows if r["against"] == "pgbench"]
+    lines += ["## Like for like: ours beside the peers", "",
+              "Each row sets a mean of ours beside a peer doing the same kind of work in this run, on the same "
+              "server, at the same client count: no-op jobs beside no-op jobs, batches beside batches of the same "
+              "size, in-process enqueue beside in-process enqueue (pgqueuer and procrastinate through their own "
+              "APIs, each run in its own process on a fresh database: `reliableq/bench/peers.py`). Ratio = ours / "
+              "theirs; `ahead` names the faster.", ""]
+    lines += _table(["kind", "clients", "ours /s", "peer", "peer /s", "ratio", "ahead"],
+                    [[r["kind"], r["clients"], r["ours_per_second"], r["baseline"].rsplit(" ", 1)[0],
+                      r["baseline_per_second"], _ratio(r["ratio"]), r["ahead"]]
+                     for r in beside_peers]) if beside_peers else ["No throughput was measured beside a peer's."]
+    ahead = peers_ahead(result)
+    lines += ["", "**Where a peer is ahead:**" if ahead else
+              "**Where a peer is ahead:** nowhere in this run (of the like points measured).", *ahead, ""]
+    pickup = pickup_rows(result)
+    if pickup:
+        lines += ["## Pickup latency", "", f"`pickup`: {SCENARIOS['pickup'].what}. Milliseconds, lower is "
+                  "better; a queue whose handler did not run every job exactly once has no figures.", ""]
+        lines += _table(["queue", "p50 ms", "p99 ms", "jobs", "failed runs"],
+                        [[r["queue"], r["p50_ms"], r["p99_ms"], r["jobs"], r["failed"]] for r in pickup])
+        lines.append("")
+    lines += [] if not bounded else ["## Ours against PostgreSQL's own limit", "",
+              "pgbench with the queue's own table and indexes (`sql/bench_pgbench_*.sql`), at the same client "
+              "count: its one-row insert beside our one-job-per-call submission, its claim + finalize cycle beside "
+              "our no-op jobs.", ""]
+    lines += [] if not bounded else _table(
+        ["kind", "point", "ours /s", "bound", "bound /s", "ratio"],
+        [[r["kind"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"], _ratio(r["ratio"])]
+         for r in bounded])
+    charged = charged_rows(result)
+    if charged:
+        lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
+                  "Every job makes a real HTTP request to the charge service, keyed for idempotency. No peer runs "
+                  "an effect, so these are set beside our own no-op jobs at the same concurrency: the share of the "
+                  "no-op rate left once each job has its charge.", ""]
+        lines += _table(["scenario", "point", "charge service", "jobs /s", "our no-op /s", "share of no-op"],
+                        [[r["scenario"], r["point"], r["charge_args"], r["per_second"], r["noop_per_second"],
+                          _ratio(r["share_of_noop"])] for r in charged])
     lines += ["", "## Scenarios", ""]
     for name, scenario in SCENARIOS.items():
-        rows = [r for r in result.summary() if r["scenario"] == name]
-        if not rows:
+        summary_rows = [r for r in result.summary() if r["scenario"] == name]
+        if not summary_rows:
             continue
         lines += [f"### {name}", "", scenario.what, ""]
         table_rows = []
-        for row in rows:
+        for row in summary_rows:
             runs = [r for r in result.runs if (r.scenario, r.point) == (name, row["point"]) and r.passed]
             extra = _highlights(runs[0]) if runs else ""
             table_rows.append([row["point"], row["headline"], row["mean"], row["runs_passed"], row["runs_failed"],
@@ -321,16 +491,17 @@ def where_time_goes(result: BenchResult) -> list[str]:
                      f"{m['clients']} permits at that pace would give {1000 * m['clients'] / busy_ms:,.0f} jobs/s; "
                      f"measured {m['jobs_per_second']:,.0f}." + _cpu_note(m, result.environment.get("cpus") or 1))
     for key, mean in summary.items():
-        if key[0] == "ingest" and key[1].startswith("http c=") and mean:
-            direct = summary.get(("ingest", key[1].replace("http", "direct")))
-            if direct:
-                lines.append(f"- ingest {key[1]}: {mean:,.0f} jobs/s over HTTP, {direct:,.0f} straight into "
-                             f"PostgreSQL from Python: HTTP and the API process cost {1 - mean / direct:.0%} "
-                             "of the direct rate.")
-            batch_point = key[1].replace("http", "http-batch")
-            batched = summary.get(("ingest", batch_point))
-            if batched:
-                lines.append(f"- ingest {batch_point}: {batched:,.0f} jobs/s in batches of {BENCH_BATCH_JOBS} per "
-                             f"request and commit, {batched / mean:.1f}x one job per request: the per-request "
-                             "and per-commit costs are shared by the batch.")
+        if key[0] != "ingest" or not key[1].startswith("direct") or not mean:
+            continue  # each in-process point, beside the same over HTTP
+        http_point = key[1].replace("direct", "http")
+        over_http = summary.get(("ingest", http_point))
+        if over_http:
+            lines.append(f"- ingest {http_point}: {over_http:,.0f} jobs/s over HTTP, {mean:,.0f} straight into "
+                         f"PostgreSQL from Python: HTTP and the API process cost {1 - over_http / mean:.0%} "
+                         "of the in-process rate.")
+        one_by_one = summary.get(("ingest", key[1].replace("direct-batch", "direct")))
+        if key[1].startswith("direct-batch") and one_by_one:
+            lines.append(f"- ingest {key[1]}: {mean:,.0f} jobs/s in batches of {BATCH_JOBS} per statement and "
+                         f"commit, {mean / one_by_one:.1f}x one job per call: the per-call and per-commit costs "
+                         "are shared by the batch.")
     return lines or ["- no passing execution or ingestion runs to explain."]

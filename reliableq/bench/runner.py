@@ -71,12 +71,13 @@ class Bench:
                            time.monotonic() - started)
 
     async def measure(self, scenario: str, point: str, params: dict[str, Any], headline: str, repeat: int,
-                      body: Callable[[], Awaitable[Measured]]) -> RunResult:
-        """Run one point; any error or broken invariant makes it a failed run, kept apart from averages."""
+                      body: Callable[[], Awaitable[Measured]], timeout: float | None = None) -> RunResult:
+        """Run one point; any error or broken invariant makes it a failed run, kept apart from averages.
+        `timeout`: seconds the point may take (default: the profile's settle time and a minute)."""
         result = RunResult(scenario, point, params, headline, repeat=repeat)
         started = time.monotonic()
         try:
-            measured = await asyncio.wait_for(body(), self.profile.settle_seconds + 60)
+            measured = await asyncio.wait_for(body(), timeout or self.profile.settle_seconds + 60)
             window = measured.window or Window(started, time.monotonic())
             kept, result.rejected_samples = keep_in_window(measured.samples, window)
             result.metrics = measured.metrics | latency_metrics(kept)

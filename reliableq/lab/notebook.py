@@ -187,14 +187,19 @@ def bench_banner(results: dict[str, Any] | None) -> str:
 
 
 def show_bench(results: dict[str, Any] | None) -> None:
-    """Our throughput as a ratio to pgbench's on the same server, then the harness's own charts (nothing
-    without results). Images only, so a saved notebook holds nothing that changes between bench runs."""
+    """Each ratio of ours to the same kind of work at the same client count (the peers' and pgbench's: the
+    report's `ratios`), then the harness's own charts, pickup latency among them (nothing without results).
+    Images only, so a saved notebook holds nothing that changes between bench runs."""
     if results is None:
         return
-    ratios = pd.DataFrame(results["ratios"]).set_index(["scenario", "point"])["ratio"]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ratios.plot.barh(ax=ax, xlabel="ours / pgbench at the same client count", ylabel="",
-                     title="throughput against PostgreSQL's own limit")
+    rows = pd.DataFrame([r for r in results["ratios"] if r["ratio"] is not None])
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.5))
+    if not rows.empty:
+        labels = rows["scenario"] + " " + rows["point"] + " vs " + rows["baseline"].str.split(" ").str[0]
+        rows.set_index(labels)["ratio"].plot.barh(
+            ax=ax, ylabel="", xlabel="ours / theirs (right of 1: ours ahead)",
+            title="like for like: ours against the peers and pgbench")
+        ax.axvline(1, color="black", linewidth=0.8)
     fig.tight_layout()
     charts = [Image(filename=png) for png in sorted(Path(results["folder"]).glob("*.png"))]
     display(fig, *charts, include=["image/png"])

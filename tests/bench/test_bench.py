@@ -63,15 +63,17 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
               if not r.passed]
     assert not failed
     assert {r.scenario for r in result.runs} == set(SCENARIOS)
-    for name in ("results.json", "runs.csv", "baselines.csv", "report.md", "execute.png", "ingest.png"):
+    for name in ("results.json", "runs.csv", "baselines.csv", "report.md", "execute.png", "execute_charge.png",
+                 "ingest.png", "ingest_batch.png", "ingest_http.png", "pickup.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     written = json.loads((tmp_path / "results.json").read_text())
     tools = {b["tool"] for b in written["baselines"]}
     assert tools >= {"pgbench-insert", "pgbench-claim"}
     for peer in peers.PEERS:  # a row with a rate per point when installed, else one row with a note
-        assert tools >= ({peers.tool(peer, "ingest"), peers.tool(peer, "execute")} if peers.installed(peer) else {peer})
+        assert tools >= ({peers.tool(peer, mode) for mode in peers.MODES} if peers.installed(peer) else {peer})
         assert all(b["per_second"] for b in written["baselines"] if b["tool"].startswith(f"{peer}-")), peer
-    assert "## Where the time goes" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()
+    assert "## Where the time goes" in text and "## Like for like" in text and "## Pickup latency" in text
 
 
 @pytest.mark.slow

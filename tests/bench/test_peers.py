@@ -1,11 +1,12 @@
 """The benchmark's peers: each runner, in its own process on real PostgreSQL, has a rate only when its
 exactly-once check held, and a run that breaks the check has a note instead; the command line refuses bad
-arguments; the bench's baselines have a row per peer point, or a note for a peer that is not installed,
-and the report sets each figure of ours beside each peer at the same client count. Rates are never
-asserted beyond being positive."""
+arguments; the bench's baselines have a row per peer point, or a note for a peer that is not installed.
+Rates are never asserted beyond being positive (what the report sets beside what: test_report.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import subprocess
 import sys
 import uuid
@@ -13,9 +14,8 @@ import uuid
 import pytest
 
 from reliableq import db
-from reliableq.bench import baselines, peers, report
+from reliableq.bench import baselines, peers
 from reliableq.bench.profiles import PROFILES
-from reliableq.bench.results import Baseline, BenchResult, RunResult
 
 
 def _needs(peer: str) -> None:
@@ -44,7 +44,7 @@ async def test_a_peer_run_in_its_own_process_has_a_rate_and_its_check_held(peer,
     run = await peers.measure(peer, mode, jobs=20, concurrency=2, timeout=60)
     assert (run.exactly_once, run.note) == (True, "")
     assert run.per_second > 0
-    assert run.tool == f"{peer}-{'enqueue' if mode == 'ingest' else 'execute'}"
+    assert run.tool == f"{peer}-{ {'ingest': 'enqueue', 'ingest-batch': 'enqueue-batch'}.get(mode, mode)}"
 
 
 @pytest.mark.parametrize("peer", peers.PEERS)
@@ -59,6 +59,34 @@ async def test_a_worker_that_runs_nothing_breaks_the_check_and_gets_a_note_not_a
     run = await peers.run(peer, "execute", 5, 2, empty_database)
     assert not run.exactly_once and run.per_second is None
     assert run.note == "check failed: of 5 jobs 0 ran exactly once (0 runs), 0 completed exactly once, 5 still waiting"
+
+
+async def test_clients_share_the_jobs_in_batches_of_the_given_size():
+    """Batches come from one shared sequence: every job once, full batches, the last call the rest."""
+    calls: list[int] = []
+    numbers = itertools.count()
+
+    async def enqueue(n: int) -> list[int]:
+        calls.append(n)
+        await asyncio.sleep(0)  # let the other client take a batch meanwhile
+        return [next(numbers) for _ in range(n)]
+    ids, _ = await peers._from_clients([enqueue, enqueue], 250, 100)
+    assert sorted(calls) == [50, 100, 100] and sorted(ids) == list(range(250))
+
+
+@pytest.mark.parametrize("peer", peers.PEERS)
+async def test_a_batch_enqueue_that_loses_a_job_breaks_the_check(peer, empty_database, monkeypatch):
+    """The checker failing for batches as for one job per call: an id acknowledged but not stored."""
+    _needs(peer)
+    ingest = peers.RUNNERS[peer].ingest
+
+    async def lossy(self, jobs: int, clients: int, batch: int):
+        ids, seconds = await ingest(self, jobs - 1, clients, batch)
+        return [*ids, 0], seconds  # no peer gives a job id 0
+    monkeypatch.setattr(peers.RUNNERS[peer], "ingest", lossy)
+    run = await peers.run(peer, "ingest-batch", 5, 2, empty_database)
+    assert not run.exactly_once and run.per_second is None
+    assert run.note == "check failed: 5 distinct ids for 5 jobs, 4 stored and waiting"
 
 
 @pytest.mark.parametrize("queue", peers.PICKUP_QUEUES)
@@ -129,8 +157,9 @@ async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(m
     monkeypatch.setattr(peers, "measure", fake_measure)
     profile = PROFILES["quick"]
     found = await baselines.measure_baselines(profile, ["ingest", "execute"])
-    points = [("ingest", c, profile.ingest_jobs) for c in (1, 4, 16)] + \
-             [("execute", c, profile.execute_jobs) for c in (1, 2, 4, 8, 16)]
+    points = ([("ingest", c, profile.ingest_jobs) for c in (1, 4, 16)]
+              + [("ingest-batch", c, max(profile.ingest_jobs, 4 * c * 100)) for c in (1, 4, 16)]
+              + [("execute", c, profile.execute_jobs) for c in (1, 2, 4, 8, 16)])
     assert asked == [(peer, mode, jobs, c) for peer in peers.PEERS for mode, c, jobs in points]
     rows = {(b.tool, b.clients): b for b in found}
     assert rows[("procrastinate-enqueue", 4)].per_second == 100.0
@@ -144,15 +173,3 @@ async def test_baselines_note_a_peer_that_is_not_installed(monkeypatch):
     found = await baselines.measure_baselines(PROFILES["tiny"], ["ingest", "execute"])
     notes = {b.tool: b.note for b in found if not b.tool.startswith("pgbench")}
     assert notes == {peer: "not installed (pip install 'reliableq[peers]')" for peer in peers.PEERS}
-
-
-def test_the_report_sets_ours_beside_each_peer_at_the_same_client_count():
-    """One ratio row per bound measured; a peer that is not installed gets none."""
-    ours = RunResult("ingest", "direct c=4", {"clients": 4, "via": "direct"}, "jobs_per_second",
-                     {"jobs_per_second": 300.0}, passed=True)
-    result = BenchResult("tiny", 0, "", [ours], [
-        Baseline("pgbench-insert", 4, 600.0), Baseline("pgqueuer-enqueue", 4, 150.0),
-        Baseline("pgqueuer-enqueue", 16, 999.0), Baseline("procrastinate", 0, None, "not installed")], {})
-    rows = report.ratios(result)
-    assert [(r["baseline"], r["ratio"]) for r in rows] == [("pgbench-insert c=4", 0.5),
-                                                           ("pgqueuer-enqueue c=4", 2.0)]
