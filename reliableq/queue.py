@@ -9,11 +9,12 @@ tests can move the database's clock. This module does not call the charge servic
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -92,6 +93,41 @@ class KeyReused(Exception):
     def __init__(self, key: str, job_id: uuid.UUID) -> None:
         super().__init__(f"idempotency key {key!r} already names job {job_id}, submitted with a different body")
         self.key, self.job_id = key, job_id
+
+
+@dataclass(frozen=True)
+class ListPosition:
+    """Where a page of the job listing ended: its last job's (created_at, id), the listing's order. Given
+    to clients as an opaque cursor (base64url) they hand back unread for the next page."""
+
+    created_at: datetime
+    id: uuid.UUID
+
+    def cursor(self) -> str:
+        return base64.urlsafe_b64encode(f"{self.created_at.isoformat()}/{self.id}".encode()).decode().rstrip("=")
+
+    @classmethod
+    def from_cursor(cls, cursor: str) -> ListPosition:
+        """The position `cursor` names; ValueError (one line) when no page gave it out."""
+        try:
+            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+            created_at, job_id = text.split("/")
+            moment = datetime.fromisoformat(created_at)
+            # In UTC: PostgreSQL refuses offsets Python allows (+20:00), and a cursor is anyone's text.
+            position = cls(moment.astimezone(UTC), uuid.UUID(job_id)) if moment.tzinfo else None
+        except (ValueError, OverflowError):  # binascii and Unicode errors are ValueErrors
+            position = None
+        if position is None:
+            raise ValueError("cursor is not one a page of this listing gave out; list again without it")
+        return position
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of the job listing, newest first; `next`: where the following page starts, None on the last."""
+
+    jobs: list[Job]
+    next: ListPosition | None
 
 
 class Queue:
@@ -337,10 +373,19 @@ class Queue:
         return await self._fetch("job_events_of", {"job_id": job_id})
 
     async def list(self, status: str | None = None, limit: int = 100) -> list[Job]:
+        """The newest `limit` jobs (of `status`): the listing's first page."""
+        return (await self.page(status, limit)).jobs
+
+    async def page(self, status: str | None = None, limit: int = 100, after: ListPosition | None = None) -> JobPage:
+        """Up to `limit` jobs (of `status`), newest first, from just after `after` (from the newest when None)."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        rows = await self._fetch("job_list", {"status": status, "limit": limit})
-        return [Job.from_row(row) for row in rows]
+        rows = await self._fetch("job_list", {
+            "status": status, "limit": limit + 1,  # one more than a page: is there another?
+            "before_created_at": after.created_at if after else None, "before_id": after.id if after else None})
+        jobs = [Job.from_row(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return JobPage(jobs, ListPosition(jobs[-1].created_at, jobs[-1].id) if more else None)
 
     async def counts(self) -> dict[str, int]:
         rows = await self._fetch("job_count_by_status", {})

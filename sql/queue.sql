@@ -280,10 +280,16 @@ FROM job_attempts WHERE job_id = %(job_id)s ORDER BY attempt, id;
 SELECT at, event, detail FROM job_events WHERE job_id = %(job_id)s ORDER BY at, id;
 
 -- name: job_list
--- Jobs, newest first, optionally of one status.
+-- A page of jobs, newest first, optionally of one status: those strictly after the position
+-- (`before_created_at`, `before_id`) in (created_at, id) descending order; NULLs for the first page. A keyset, not an offset: a job inserted between pages sorts before
+-- the position (newer), or after it if its transaction began earlier; either way it shifts no page, so
+-- none repeats or skips a job that was there. The caller asks for one row more than a page to learn
+-- whether another follows.
 SELECT * FROM jobs
-WHERE %(status)s::text IS NULL OR status = %(status)s::text
-ORDER BY created_at DESC, id
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (created_at, id) < (coalesce(%(before_created_at)s::timestamptz, 'infinity'),
+                          coalesce(%(before_id)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: job_count_by_status

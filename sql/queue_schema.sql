@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_pending_run_at ON jobs (run_at) WHERE status = 'PENDING';
 CREATE INDEX IF NOT EXISTS jobs_running_lease ON jobs (lease_expires_at) WHERE status = 'RUNNING';
 CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
+-- The listing's keyset (job_list pages by (created_at, id), newest first) without a status filter.
+CREATE INDEX IF NOT EXISTS jobs_created_id ON jobs (created_at, id);
 
 -- One row per claim. Finalize outcomes are written here by lease token, including the ones a
 -- fenced update lost, so a stale owner's defeat is on record rather than silently dropped.

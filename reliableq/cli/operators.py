@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from typing import Any
 
 from reliableq import db
@@ -61,12 +62,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return 0
 
     async def listing(queue):
-        return await queue.list(args.status, args.limit), await queue.counts()
-    jobs, counts = run_coroutine(_with_queue(listing))
+        return await queue.page(args.status, args.limit), await queue.counts()
+    page, counts = run_coroutine(_with_queue(listing))
     print("  ".join(f"{status}={n}" for status, n in counts.items()))
-    for job in jobs:
+    for job in page.jobs:
         error = f"  {job.last_error}" if job.last_error else ""
         print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  {_what(job)}{error}")
+    if page.next:  # on stderr: stdout stays one line per job for whoever reads it
+        print(f"(more jobs than --limit {args.limit}: raise it, or narrow with --status)", file=sys.stderr)
     return 0
 
 
