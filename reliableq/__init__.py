@@ -7,6 +7,7 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     payload   what a client may submit: the envelope (kind, attempt budget), each kind's check run on the rest
     queue     the repository: submit, claim, renew, succeed, retry, dead, replay (fenced by lease token)
     backoff   capped exponential backoff with full jitter, seedable
+    retention  finished jobs deleted in small batches beside running workers (`reliableq prune`)
     finalize_decision  succeed, retry or DEAD, from the handler's outcome and the attempt budget
     permits   how many more jobs a worker may claim (the semaphore): taken at claim, released when done
     api       the HTTP API: submit (202 after commit), inspect, replay

@@ -362,6 +362,16 @@ class Queue:
         rows = await self._fetch("job_replay", {"job_id": job_id, "budget": budget})
         return Job.from_row(rows[0]) if rows else None
 
+    async def prune_finalized(self, statuses: Sequence[str], older_than_seconds: float, window_seconds: float,
+                              batch: int) -> dict[str, int]:
+        """One batch of retention, its own short transaction: deletes up to `batch` jobs of `statuses`
+        finalized more than `older_than_seconds` ago whose submission key (if any) is older than
+        `window_seconds`, skipping rows others hold; returns how many of each status went."""
+        (row,) = await self._fetch("job_prune_finalized", {
+            "statuses": list(statuses), "older_than_seconds": older_than_seconds,
+            "window_seconds": window_seconds, "batch": batch})
+        return {"SUCCEEDED": row["succeeded"], "DEAD": row["dead"]}
+
     async def get(self, job_id: uuid.UUID) -> Job | None:
         rows = await self._fetch("job_get", {"job_id": job_id})
         return Job.from_row(rows[0]) if rows else None

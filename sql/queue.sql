@@ -336,3 +336,30 @@ SELECT CASE WHEN outcome IN ('succeeded', 'lost_succeed') THEN 'succeed'
             WHEN outcome IN ('dead', 'lost_dead') THEN 'dead' END AS operation,
        outcome IN ('succeeded', 'retried', 'dead') AS won
 FROM job_attempts WHERE lease_token = %(lease_token)s;
+
+-- name: job_prune_finalized
+-- Retention: delete up to `batch` jobs of `statuses` (SUCCEEDED; DEAD only when an operator asks)
+-- finalized more than `older_than_seconds` ago, oldest first; their attempts, events and submission keys
+-- go with them (ON DELETE CASCADE). SKIP LOCKED: a row a worker, a replay or a finalize holds is left for
+-- a later batch, never waited for, and the pruner's own short lock makes them wait at most one batch.
+-- A job whose client key is still inside the API's idempotency window stays, so that a retry of its
+-- submission finds it rather than making a second job. `created_at` bounds the scan of
+-- jobs_status_created (a job is created before it is finalized), so no index on finalized_at is needed.
+-- Returns how many went, per status.
+WITH doomed AS (
+    SELECT id FROM jobs
+    WHERE status = ANY(%(statuses)s::text[])
+      AND created_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND finalized_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND NOT EXISTS (SELECT 1 FROM job_submission_keys AS held
+                      WHERE held.job_id = jobs.id
+                        AND held.created_at >= now() - make_interval(secs => %(window_seconds)s))
+    ORDER BY created_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING status
+)
+SELECT count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
+       count(*) FILTER (WHERE status = 'DEAD') AS dead
+FROM deleted;

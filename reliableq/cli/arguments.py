@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -45,6 +46,19 @@ def non_negative_float(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
     return value
+
+
+def seconds_option(given: float | None, variable: str, default: float) -> float:
+    """An option's seconds: as given on the command line, else from the environment variable, else the default."""
+    if given is not None:
+        return given
+    configured = os.environ.get(variable)
+    if configured is None:
+        return default
+    try:
+        return positive_float(configured)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise UsageError(f"{variable} must be a positive number of seconds, got {configured!r}") from None
 
 
 def check_fleet_limit(fleet_limit: int | None, mechanisms: Mechanisms) -> None:
