@@ -22,7 +22,7 @@ charge/     the charge service (service), its client (client), the charge payloa
 lab/        harness (the one harness), experiment (a stage's run over it), scenario (its params and result),
             panels, resave, processes, faults (the FaultPlan),
             ledger, timeline, invariants, chaos, demo, notebook
-bench/      `reliableq bench`: run, runner, scenarios, ingest, stack, gate, results, profiles, progress,
+bench/      `reliableq bench`: run, runner, scenarios, ingest, retention, stack, gate, results, profiles, progress,
             baselines (pgbench), peers, report
 cli/        the `reliableq` command: main (the parser), arguments, database, services, operators, lab, bench
 
