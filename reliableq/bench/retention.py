@@ -2,7 +2,8 @@
 it gives back.
 
 Two points on fresh databases, each holding the profile's history of SUCCEEDED jobs (with their attempts
-and events) before the same no-op jobs are drained by one worker: `kept` leaves the history in place,
+and events) before the same no-op jobs are drained by one worker (no charge service: no-op jobs have no
+effect): `kept` leaves the history in place,
 `pruned` deletes it first with `reliableq.retention.prune` (timed: the pruner's own rate). Both then
 VACUUM ANALYZE, as autovacuum would soon after a large delete, so that the two differ only in what the
 tables hold. The headline is jobs per second; the worker's claim and finalize means say where a
@@ -66,7 +67,7 @@ async def retention(bench: Bench, repeat: int) -> None:
         point = f"history={p.retention_history:,} {'pruned' if pruned_first else 'kept'}"
 
         async def body(pruned_first=pruned_first, point=point) -> Measured:
-            async with run_system(bench, f"retention-{point}-{repeat}") as system:
+            async with run_system(bench, f"retention-{point}-{repeat}", charge=False) as system:
                 metrics = {"history_jobs": p.retention_history,
                            "history_insert_seconds": await _insert_history(system, p.retention_history)}
                 if pruned_first:
