@@ -49,7 +49,7 @@ def cmd_api(args: argparse.Namespace) -> int:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
     db_timeout = seconds_option(args.db_timeout, "RELIABLEQ_DB_TIMEOUT", db.DEFAULT_DB_TIMEOUT_SECONDS)
     key_window = seconds_option(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
-                          DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
+                                DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
     databases = db.resolve()
     db.migrate(databases)
     mechanisms = mechanisms_from(args)
