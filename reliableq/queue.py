@@ -97,8 +97,8 @@ class KeyReused(Exception):
 
 @dataclass(frozen=True)
 class ListPosition:
-    """Where a page of the job listing ended: its last job's (created_at, id), the listing's order. Given
-    to clients as an opaque cursor (base64url) they hand back unread for the next page."""
+    """A place in the jobs' (created_at, id) order: where a page of the listing (or a batch of the pruner)
+    ended. Given to clients as an opaque cursor (base64url) they hand back unread for the next page."""
 
     created_at: datetime
     id: uuid.UUID
@@ -363,14 +363,18 @@ class Queue:
         return Job.from_row(rows[0]) if rows else None
 
     async def prune_finalized(self, statuses: Sequence[str], older_than_seconds: float, window_seconds: float,
-                              batch: int) -> dict[str, int]:
+                              batch: int, after: ListPosition | None = None
+                              ) -> tuple[dict[str, int], ListPosition | None]:
         """One batch of retention, its own short transaction: deletes up to `batch` jobs of `statuses`
         finalized more than `older_than_seconds` ago whose submission key (if any) is older than
-        `window_seconds`, skipping rows others hold; returns how many of each status went."""
+        `window_seconds`, skipping rows others hold, oldest first from just after `after`. Returns how
+        many of each status went, and where the batch ended (the next one's `after`; None: it took none)."""
         (row,) = await self._fetch("job_prune_finalized", {
             "statuses": list(statuses), "older_than_seconds": older_than_seconds,
-            "window_seconds": window_seconds, "batch": batch})
-        return {"SUCCEEDED": row["succeeded"], "DEAD": row["dead"]}
+            "window_seconds": window_seconds, "batch": batch,
+            "after_created_at": after.created_at if after else None, "after_id": after.id if after else None})
+        ended = ListPosition(row["last_created_at"], row["last_id"]) if row["last_id"] else None
+        return {"SUCCEEDED": row["succeeded"], "DEAD": row["dead"]}, ended
 
     async def get(self, job_id: uuid.UUID) -> Job | None:
         rows = await self._fetch("job_get", {"job_id": job_id})

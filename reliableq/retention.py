@@ -69,11 +69,12 @@ class Pruned:
 
 
 async def prune(queue: Queue, policy: RetentionPolicy) -> Pruned:
-    """Delete batch after batch until one comes back short: nothing else is eligible and free right now."""
-    pruned = Pruned()
+    """Delete batch after batch, each from where the last ended, until one comes back short: nothing
+    further is eligible and free right now (a row skipped as locked waits for the next pass)."""
+    pruned, after = Pruned(), None
     while True:
-        deleted = await queue.prune_finalized(policy.statuses, policy.older_than_seconds,
-                                              policy.key_window_seconds, policy.batch)
+        deleted, after = await queue.prune_finalized(policy.statuses, policy.older_than_seconds,
+                                                     policy.key_window_seconds, policy.batch, after)
         pruned.succeeded += deleted["SUCCEEDED"]
         pruned.dead += deleted["DEAD"]
         pruned.batches += 1
