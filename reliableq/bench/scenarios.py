@@ -214,8 +214,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("idempotency", "many concurrent requests with one idempotency key: one charge",
              lambda p: 1, _idempotency),
     Scenario("dead", "every charge permanently refused: each job DEAD after one attempt", lambda p: 1, _dead),
-    Scenario("semaphore", "a slow dependency: in-flight work stays within the worker's permits",
-             lambda p: 1, _semaphore),
     Scenario("retention", "no-op jobs over a large finished history, kept or pruned first (`reliableq prune`): "
              "the hot path's cost of never deleting, and the pruner's rate", lambda p: 2, retention),
+    Scenario("semaphore", "a slow dependency: in-flight work stays within the worker's permits",
+             lambda p: 1, _semaphore),
 )}

@@ -48,8 +48,9 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def seconds_option(given: float | None, variable: str, default: float) -> float:
-    """An option's seconds: as given on the command line, else from the environment variable, else the default."""
+def seconds_from(given: float | None, variable: str, default: float) -> float:
+    """An option's value if given, else the environment's `variable`, else `default`; a variable that is
+    not a positive number of seconds is a UsageError naming it."""
     if given is not None:
         return given
     configured = os.environ.get(variable)

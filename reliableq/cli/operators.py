@@ -12,7 +12,7 @@ from typing import Any
 
 from reliableq import db
 from reliableq.charge.handler import STANDARD_VALIDATORS
-from reliableq.cli.arguments import UsageError, print_json, run_coroutine, seconds_option
+from reliableq.cli.arguments import UsageError, print_json, run_coroutine, seconds_from
 from reliableq.payload import parse_submission
 
 
@@ -102,7 +102,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     prints what it deleted."""
     from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS
     from reliableq.retention import RetentionPolicy, prune, prune_every
-    window = seconds_option(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
+    window = seconds_from(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
                             DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
     try:
         policy = RetentionPolicy(args.older_than, args.dead, args.batch, window)

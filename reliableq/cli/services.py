@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from reliableq import db
-from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine, seconds_option
+from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, positive_float, run_coroutine
 from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.faults import FaultPlan
 
@@ -47,9 +47,9 @@ def cmd_api(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise UsageError(f"binding {args.host} exposes the API beyond this machine: set --token or RELIABLEQ_API_TOKEN")
-    db_timeout = seconds_option(args.db_timeout, "RELIABLEQ_DB_TIMEOUT", db.DEFAULT_DB_TIMEOUT_SECONDS)
-    key_window = seconds_option(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
-                                DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
+    db_timeout = _seconds(args.db_timeout, "RELIABLEQ_DB_TIMEOUT", db.DEFAULT_DB_TIMEOUT_SECONDS)
+    key_window = _seconds(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
+                          DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
     databases = db.resolve()
     db.migrate(databases)
     mechanisms = mechanisms_from(args)
@@ -59,6 +59,19 @@ def cmd_api(args: argparse.Namespace) -> int:
     app = create_api_app(databases.queue_url, mechanisms, faults, api_token=token, db_timeout=db_timeout,
                          key_window=key_window)
     return _serve(app, "API", args.host, args.port, f" ({mechanisms.describe()})")
+
+
+def _seconds(given: float | None, variable: str, default: float) -> float:
+    """An option's seconds: as given on the command line, else from the environment variable, else the default."""
+    if given is not None:
+        return given
+    configured = os.environ.get(variable)
+    if configured is None:
+        return default
+    try:
+        return positive_float(configured)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise UsageError(f"{variable} must be a positive number of seconds, got {configured!r}") from None
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
