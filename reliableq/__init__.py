@@ -6,6 +6,7 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     db        where the databases are (embedded PostgreSQL or DATABASE_URL), pools, migrations
     payload   what a client may submit: the envelope (kind, attempt budget), each kind's check run on the rest
     queue     the repository: submit, claim, renew, succeed, retry, dead, replay (fenced by lease token)
+    position  a place in the jobs' (created_at, id) order: the listing's page cursor, the pruner's walk
     backoff   capped exponential backoff with full jitter, seedable
     retention  finished jobs deleted in small batches beside running workers (`reliableq prune`)
     finalize_decision  succeed, retry or DEAD, from the handler's outcome and the attempt budget

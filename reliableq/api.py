@@ -52,7 +52,8 @@ from reliableq.config import (
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission, submission_key
-from reliableq.queue import STATUSES, Job, KeyReused, ListPosition, Queue, Stored, json_row
+from reliableq.position import ListPosition
+from reliableq.queue import STATUSES, Job, KeyReused, Queue, Stored, json_row
 
 log = logging.getLogger("reliableq.api")
 Parsed = TypeVar("Parsed")

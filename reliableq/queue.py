@@ -9,12 +9,11 @@ tests can move the database's clock. This module does not call the charge servic
 
 from __future__ import annotations
 
-import base64
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -25,6 +24,7 @@ from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.hooks import FaultHook
 from reliableq.payload import Submission
+from reliableq.position import ListPosition
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "DEAD")
 MAX_ERROR_CHARS = 500
@@ -93,33 +93,6 @@ class KeyReused(Exception):
     def __init__(self, key: str, job_id: uuid.UUID) -> None:
         super().__init__(f"idempotency key {key!r} already names job {job_id}, submitted with a different body")
         self.key, self.job_id = key, job_id
-
-
-@dataclass(frozen=True)
-class ListPosition:
-    """A place in the jobs' (created_at, id) order: where a page of the listing (or a batch of the pruner)
-    ended. Given to clients as an opaque cursor (base64url) they hand back unread for the next page."""
-
-    created_at: datetime
-    id: uuid.UUID
-
-    def cursor(self) -> str:
-        return base64.urlsafe_b64encode(f"{self.created_at.isoformat()}/{self.id}".encode()).decode().rstrip("=")
-
-    @classmethod
-    def from_cursor(cls, cursor: str) -> ListPosition:
-        """The position `cursor` names; ValueError (one line) when no page gave it out."""
-        try:
-            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-            created_at, job_id = text.split("/")
-            moment = datetime.fromisoformat(created_at)
-            # In UTC: PostgreSQL refuses offsets Python allows (+20:00), and a cursor is anyone's text.
-            position = cls(moment.astimezone(UTC), uuid.UUID(job_id)) if moment.tzinfo else None
-        except (ValueError, OverflowError):  # binascii and Unicode errors are ValueErrors
-            position = None
-        if position is None:
-            raise ValueError("cursor is not one a page of this listing gave out; list again without it")
-        return position
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from reliableq.bench.results import Measured, worker_time_metrics
 from reliableq.bench.runner import Bench
 from reliableq.bench.stack import drain, run_system
 from reliableq.lab.harness import LocalSystem
-from reliableq.queue import ListPosition
+from reliableq.position import ListPosition
 from reliableq.retention import RetentionPolicy, prune
 
 _Q = sql.queries("bench")
