@@ -6,7 +6,9 @@ Layout: layers, each a folder, one noun per module. The core, at the package roo
     db        where the databases are (embedded PostgreSQL or DATABASE_URL), pools, migrations
     payload   what a client may submit: the envelope (kind, attempt budget), each kind's check run on the rest
     queue     the repository: submit, claim, renew, succeed, retry, dead, replay (fenced by lease token)
+    position  a place in the jobs' (created_at, id) order: the listing's page cursor, the pruner's walk
     backoff   capped exponential backoff with full jitter, seedable
+    retention  finished jobs deleted in small batches beside running workers (`reliableq prune`)
     finalize_decision  succeed, retry or DEAD, from the handler's outcome and the attempt budget
     permits   how many more jobs a worker may claim (the semaphore): taken at claim, released when done
     api       the HTTP API: submit (202 after commit), inspect, replay
@@ -23,7 +25,7 @@ charge/     the charge service (service), its client (client), the charge payloa
 lab/        harness (the one harness), experiment (a stage's run over it), scenario (its params and result),
             panels, resave, processes, faults (the FaultPlan),
             ledger, timeline, invariants, chaos, demo, notebook
-bench/      `reliableq bench`: run, runner, scenarios, ingest, stack, gate, results, profiles, progress,
+bench/      `reliableq bench`: run, runner, scenarios, ingest, retention, stack, gate, results, profiles, progress,
             baselines (pgbench), peers, report
 cli/        the `reliableq` command: main (the parser), arguments, database, services, operators, lab, bench
 

@@ -53,6 +53,7 @@ from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.metrics import JOB_COUNT_SECONDS, ApiMetrics
 from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission, submission_key
+from reliableq.position import ListPosition
 from reliableq.queue import STATUSES, Job, KeyReused, Queue, Stored, json_row
 from reliableq.tokens import bearer_matches
 
@@ -358,16 +359,24 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         return await acknowledge(accepted, store, job_ids)
 
     @app.get("/v1/jobs", response_model=None, responses={
-        200: {"model": contract.JobList}, 400: contract.error("an unknown status or a limit out of range"),
+        200: {"model": contract.JobList},
+        400: contract.error("an unknown status, a limit out of range or a cursor no page gave out"),
         **contract.BAD_QUERY, **contract.UNAVAILABLE, **token})
-    async def list_jobs(request: Request, status: contract.StatusQuery = None,
-                        limit: contract.LimitQuery = 100) -> JSONResponse:
+    async def list_jobs(request: Request, status: contract.StatusQuery = None, limit: contract.LimitQuery = 100,
+                        cursor: contract.CursorQuery = None) -> JSONResponse:
+        """A page of jobs, newest first; its `next` (null on the last page) passed as `cursor` gives the
+        following one, with the same `status` filter or another."""
         if status is not None and status.upper() not in STATUSES:
             return _error(400, f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
         if not 1 <= limit <= contract.MAX_LIST_LIMIT:
             return _error(400, f"limit must be between 1 and {contract.MAX_LIST_LIMIT}")
-        jobs = await queue(request).list(status.upper() if status else None, limit)
-        return JSONResponse({"jobs": [job.as_json() for job in jobs], "counts": await queue(request).counts()})
+        try:
+            after = ListPosition.from_cursor(cursor) if cursor is not None else None
+        except ValueError as error:
+            return _error(400, str(error))
+        page = await queue(request).page(status.upper() if status else None, limit, after)
+        return JSONResponse({"jobs": [job.as_json() for job in page.jobs], "counts": await queue(request).counts(),
+                             "next": page.next.cursor() if page.next else None})
 
     @app.get("/v1/jobs/{job_id}", response_model=None, responses={
         200: {"model": contract.JobDetail}, 400: contract.error("not a job id (a UUID)"),

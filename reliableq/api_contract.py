@@ -26,6 +26,8 @@ StatusQuery = Annotated[str | None, Query(json_schema_extra={"enum": list(STATUS
                                           description="any case; another value: 400")]
 LimitQuery = Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT},
                                   description="outside the range: 400")]
+CursorQuery = Annotated[str | None, Query(description="the `next` of the previous page, as given; "
+                                                    "absent: the first page; one no page gave: 400")]
 BudgetQuery = Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_REPLAY_BUDGET},
                                    description="fresh attempts the replayed job gets; outside the range: 400")]
 JobIdPath = Annotated[str, Path(json_schema_extra={"format": "uuid"}, description="not a UUID: 400")]
@@ -51,8 +53,9 @@ class BatchAccepted(BaseModel):
 
 
 class JobList(BaseModel):
-    jobs: list[Job]
+    jobs: list[Job]  # newest first
     counts: dict[str, int]
+    next: str | None  # the cursor of the following page; null on the last
 
 
 class JobDetail(Job):  # a pydantic model over the dataclass: the stored fields, then the history

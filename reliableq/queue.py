@@ -24,6 +24,7 @@ from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.hooks import FaultHook
 from reliableq.payload import Submission
+from reliableq.position import ListPosition
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "DEAD")
 MAX_ERROR_CHARS = 500
@@ -92,6 +93,14 @@ class KeyReused(Exception):
     def __init__(self, key: str, job_id: uuid.UUID) -> None:
         super().__init__(f"idempotency key {key!r} already names job {job_id}, submitted with a different body")
         self.key, self.job_id = key, job_id
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of the job listing, newest first; `next`: where the following page starts, None on the last."""
+
+    jobs: list[Job]
+    next: ListPosition | None
 
 
 class Queue:
@@ -330,6 +339,20 @@ class Queue:
         rows = await self._fetch("job_replay", {"job_id": job_id, "budget": budget})
         return Job.from_row(rows[0]) if rows else None
 
+    async def prune_finalized(self, statuses: Sequence[str], older_than_seconds: float, window_seconds: float,
+                              batch: int, after: ListPosition | None = None
+                              ) -> tuple[dict[str, int], ListPosition | None]:
+        """One batch of retention, its own short transaction: deletes up to `batch` jobs of `statuses`
+        finalized more than `older_than_seconds` ago whose submission key (if any) is older than
+        `window_seconds`, skipping rows others hold, oldest first from just after `after`. Returns how
+        many of each status went, and where the batch ended (the next one's `after`; None: it took none)."""
+        (row,) = await self._fetch("job_prune_finalized", {
+            "statuses": list(statuses), "older_than_seconds": older_than_seconds,
+            "window_seconds": window_seconds, "batch": batch,
+            "after_created_at": after.created_at if after else None, "after_id": after.id if after else None})
+        ended = ListPosition(row["last_created_at"], row["last_id"]) if row["last_id"] else None
+        return {"SUCCEEDED": row["succeeded"], "DEAD": row["dead"]}, ended
+
     async def get(self, job_id: uuid.UUID) -> Job | None:
         rows = await self._fetch("job_get", {"job_id": job_id})
         return Job.from_row(rows[0]) if rows else None
@@ -341,10 +364,19 @@ class Queue:
         return await self._fetch("job_events_of", {"job_id": job_id})
 
     async def list(self, status: str | None = None, limit: int = 100) -> list[Job]:
+        """The newest `limit` jobs (of `status`): the listing's first page."""
+        return (await self.page(status, limit)).jobs
+
+    async def page(self, status: str | None = None, limit: int = 100, after: ListPosition | None = None) -> JobPage:
+        """Up to `limit` jobs (of `status`), newest first, from just after `after` (from the newest when None)."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        rows = await self._fetch("job_list", {"status": status, "limit": limit})
-        return [Job.from_row(row) for row in rows]
+        rows = await self._fetch("job_list", {
+            "status": status, "limit": limit + 1,  # one more than a page: is there another?
+            "before_created_at": after.created_at if after else None, "before_id": after.id if after else None})
+        jobs = [Job.from_row(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return JobPage(jobs, ListPosition(jobs[-1].created_at, jobs[-1].id) if more else None)
 
     async def counts(self, within_seconds: float | None = None) -> dict[str, int]:
         """Jobs by status. `within_seconds`: wait at most that long for a connection (PoolTimeout) and have

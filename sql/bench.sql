@@ -34,3 +34,24 @@ FROM job_attempts a
 JOIN job_attempts b ON b.job_id = a.job_id AND b.attempt = a.attempt + 1
 WHERE a.outcome = 'expired'
 ORDER BY b.job_id, b.attempt;
+
+-- name: job_insert_finished_history
+-- A finished past: `jobs` no-op jobs SUCCEEDED two days ago, each with its attempt and its `submitted`
+-- event, as a queue that never pruned would hold them; created a millisecond apart, oldest first.
+WITH inserted AS (
+    INSERT INTO jobs (kind, payload, status, attempts, created_at, updated_at, finalized_at)
+    SELECT 'noop', '{}', 'SUCCEEDED', 1, now() - interval '3 days' + n * interval '1 millisecond',
+           now() - interval '2 days', now() - interval '2 days'
+    FROM generate_series(1, %(jobs)s) AS n
+    RETURNING id, created_at
+), attempt AS (
+    INSERT INTO job_attempts (job_id, attempt, worker_id, lease_token, claimed_at, finished_at, outcome)
+    SELECT id, 1, 'history', gen_random_uuid(), created_at, created_at, 'succeeded' FROM inserted
+), event AS (
+    INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
+)
+SELECT count(*) AS jobs FROM inserted;
+
+-- name: job_bench_middle_position
+-- The listing's position halfway down: where a client paging through the history would be.
+SELECT created_at, id FROM jobs ORDER BY created_at DESC, id DESC OFFSET %(offset)s LIMIT 1;

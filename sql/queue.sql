@@ -280,10 +280,16 @@ FROM job_attempts WHERE job_id = %(job_id)s ORDER BY attempt, id;
 SELECT at, event, detail FROM job_events WHERE job_id = %(job_id)s ORDER BY at, id;
 
 -- name: job_list
--- Jobs, newest first, optionally of one status.
+-- A page of jobs, newest first, optionally of one status: those strictly after the position
+-- (`before_created_at`, `before_id`) in (created_at, id) descending order; NULLs for the first page. A keyset, not an offset: a job inserted between pages sorts before
+-- the position (newer), or after it if its transaction began earlier; either way it shifts no page, so
+-- none repeats or skips a job that was there. The caller asks for one row more than a page to learn
+-- whether another follows.
 SELECT * FROM jobs
-WHERE %(status)s::text IS NULL OR status = %(status)s::text
-ORDER BY created_at DESC, id
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (created_at, id) < (coalesce(%(before_created_at)s::timestamptz, 'infinity'),
+                          coalesce(%(before_id)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: job_count_by_status
@@ -342,3 +348,37 @@ SELECT CASE WHEN outcome IN ('succeeded', 'lost_succeed') THEN 'succeed'
             WHEN outcome IN ('dead', 'lost_dead') THEN 'dead' END AS operation,
        outcome IN ('succeeded', 'retried', 'dead') AS won
 FROM job_attempts WHERE lease_token = %(lease_token)s;
+
+-- name: job_prune_finalized
+-- Retention: delete up to `batch` jobs of `statuses` (SUCCEEDED; DEAD only when an operator asks)
+-- finalized more than `older_than_seconds` ago, oldest first; their attempts, events and submission keys
+-- go with them (ON DELETE CASCADE). SKIP LOCKED: a row a worker, a replay or a finalize holds is left for
+-- a later pass, never waited for, and the pruner's own short lock makes them wait at most one batch.
+-- A job whose client key is still inside the API's idempotency window stays, so that a retry of its
+-- submission finds it rather than making a second job. A pass walks (created_at, id) upwards from where
+-- its last batch ended (`after_created_at`, `after_id`; NULLs for its first): starting each batch from
+-- the oldest row again would re-read every entry the pass already deleted, not yet vacuumed, and a
+-- pass over a million jobs would slow batch by batch. `created_at` bounds the scan of jobs_created_id
+-- (a job is created before it is finalized), so no index on finalized_at is needed.
+-- Returns how many went, per status, and where the batch ended (NULL when it took nothing).
+WITH doomed AS (
+    SELECT id, created_at FROM jobs
+    WHERE status = ANY(%(statuses)s::text[])
+      AND (created_at, id) > (coalesce(%(after_created_at)s::timestamptz, '-infinity'),
+                              coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'))
+      AND created_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND finalized_at < now() - make_interval(secs => %(older_than_seconds)s)
+      AND NOT EXISTS (SELECT 1 FROM job_submission_keys AS held
+                      WHERE held.job_id = jobs.id
+                        AND held.created_at >= now() - make_interval(secs => %(window_seconds)s))
+    ORDER BY created_at, id
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING status
+), last AS (
+    SELECT created_at, id FROM doomed ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM deleted WHERE status = 'SUCCEEDED') AS succeeded,
+       (SELECT count(*) FROM deleted WHERE status = 'DEAD') AS dead,
+       (SELECT created_at FROM last) AS last_created_at, (SELECT id FROM last) AS last_id;

@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_pending_run_at ON jobs (run_at) WHERE status = 'PENDING';
 CREATE INDEX IF NOT EXISTS jobs_running_lease ON jobs (lease_expires_at) WHERE status = 'RUNNING';
 CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at);
+-- The listing's keyset (job_list pages by (created_at, id), newest first) without a status filter.
+CREATE INDEX IF NOT EXISTS jobs_created_id ON jobs (created_at, id);
 
 -- Wake on submit (reliableq/wake.py, whose CHANNEL this names): a statement that inserts jobs tells the
 -- listening workers, once however many rows, and PostgreSQL delivers it only when the insert commits.

@@ -4,6 +4,7 @@
     runner      Bench: each point measured, gated and kept apart when failed; then the baselines
     scenarios   the scenarios by name (execution, latency, kill -9, retry, idempotency, DEAD, semaphore)
     ingest      the ingest scenario: over HTTP, in batches, straight into PostgreSQL
+    retention   the retention scenario: no-op jobs over a large finished history, kept or pruned first
     stack       one run over the lab's harness, every part a real process; seeded workers, preloads
     gate        the correctness gate, from reliableq.lab.invariants
     results     samples, windows, run and bench results, the summary, the workers' time metrics

@@ -38,11 +38,13 @@ class Profile:
     pickup_jobs: int = 10  # jobs timed one at a time from enqueue to handler start, per queue
     repeats: int = 1  # runs per point; the summary averages the passing ones
     settle_seconds: float = 120.0  # a run that has not settled by then fails
+    retention_history: int = 200_000  # finished jobs the retention scenario starts with (then drains execute_jobs)
 
 
 PROFILES = {
     # For the harness's own tests: seconds, not minutes; figures meaningless.
     "tiny": Profile("tiny", ingest_jobs=20, ingest_clients=(2,), execute_jobs=20, execute_concurrency=(2,),
+                    retention_history=2_000,
                     execute_processes=((2, 1),), latency_jobs=10, latency_concurrency=(2,),
                     charge_latency_seconds=0.01, kill9_leases=(1.0,), retry_jobs=10, retry_rates=(0.25,),
                     idempotency_requests=20, idempotency_clients=5, dead_jobs=5, semaphore_jobs=6,
@@ -57,6 +59,7 @@ PROFILES = {
                      semaphore_permits=4, semaphore_latency_seconds=0.1, pgbench_seconds=3.0,
                      pickup_jobs=200),
     "full": Profile("full", ingest_jobs=4000, ingest_clients=(1, 4, 8, 16, 32), execute_jobs=6000,
+                    retention_history=1_000_000,
                     execute_concurrency=(1, 2, 4, 8, 16), execute_processes=((2, 8), (4, 4), (4, 8)),
                     latency_jobs=2000, latency_concurrency=(8, 16, 32), charge_latency_seconds=0.01,
                     kill9_leases=(1.0, 2.0, 5.0), retry_jobs=600, retry_rates=(0.0, 0.1, 0.25, 0.5),

@@ -456,7 +456,8 @@ _HIGHLIGHT_KEYS = ("pickup_p99_ms", "latency_p50_ms", "latency_p99_ms", "claim_m
                    "finalize_mean_ms", "pool_wait_mean_ms", "jobs_per_claim", "jobs_per_success_commit",
                    "worker_cpu_ms_per_job", "charge_cpu_ms_per_job", "attempts_per_job", "requests_per_job", "dead",
                    "reclaim_lag_seconds", "attempts", "charges", "created", "replayed", "in_flight_peak",
-                   "service_in_flight_peak", "bound_jobs_per_second")
+                   "service_in_flight_peak", "bound_jobs_per_second", "pruned_jobs", "prune_seconds",
+                   "pruned_per_second", "list_first_page_ms", "list_middle_page_ms")
 
 
 def _highlights(run: RunResult) -> str:

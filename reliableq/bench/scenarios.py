@@ -1,8 +1,8 @@
 """The benchmark's scenarios, by name: what each measures and how, against real processes.
 
 Each scenario runs its points through `Bench.measure`, which times them, gates them and keeps failed
-runs apart. Ingestion is `reliableq.bench.ingest`; execution, latency, kill -9 recovery, retry
-amplification, idempotency, DEAD and the semaphore are here.
+runs apart. Ingestion is `reliableq.bench.ingest`, retention `reliableq.bench.retention`; execution,
+latency, kill -9 recovery, retry amplification, idempotency, DEAD and the semaphore are here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from reliableq.bench.gate import UNCHARGED_CHECK, gate
 from reliableq.bench.ingest import INGEST_VIAS, ingest
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD
 from reliableq.bench.results import Measured, Sample, Window, worker_time_metrics
+from reliableq.bench.retention import retention
 from reliableq.bench.runner import Bench, Scenario
 from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system
 from reliableq.charge.client import idempotency_key
@@ -234,6 +235,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("idempotency", "many concurrent requests with one idempotency key: one charge",
              lambda p: 1, _idempotency),
     Scenario("dead", "every charge permanently refused: each job DEAD after one attempt", lambda p: 1, _dead),
+    Scenario("retention", "no-op jobs over a large finished history, kept or pruned first (`reliableq prune`): "
+             "the hot path's cost of never deleting, and the pruner's rate", lambda p: 2, retention),
     Scenario("semaphore", "a slow dependency: in-flight work stays within the worker's permits",
              lambda p: 1, _semaphore),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "

@@ -30,7 +30,7 @@ from reliableq.cli.database import cmd_db, cmd_migrate
 from reliableq.cli.exercise import cmd_exercise
 from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
 from reliableq.cli.logs import FORMATS, LEVELS, configure, level_for
-from reliableq.cli.operators import cmd_jobs, cmd_replay, cmd_submit
+from reliableq.cli.operators import cmd_jobs, cmd_prune, cmd_replay, cmd_submit
 from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 from reliableq.config import DEFAULT_REPLAY_BUDGET, DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
@@ -38,6 +38,7 @@ from reliableq.lab.exercises.checker import DEFAULT_SEEDS
 from reliableq.lab.faults import API_KILL_POINTS, CRASH_POINTS
 from reliableq.payload import DEFAULT_KIND, InvalidSubmission
 from reliableq.queue import STATUSES
+from reliableq.retention import DEFAULT_PRUNE_BATCH, MAX_PRUNE_BATCH
 
 # The defaults shown and used are the dataclasses' own: one place to change them.
 CHARGE, WORKER, CHAOS = ChargeFaults(), WorkerSettings(), ChaosConfig()
@@ -140,6 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id", type=job_uuid)
     p.add_argument("--budget", type=positive_int, default=DEFAULT_REPLAY_BUDGET, help="fresh attempts it gets")
     p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser("prune", help="delete SUCCEEDED jobs (DEAD too with --dead) finished long enough ago, "
+                                     "in small batches beside running workers")
+    p.add_argument("--older-than", metavar="SECONDS", type=non_negative_float, required=True,
+                   help="prune jobs finalized more than this many seconds ago")
+    p.add_argument("--dead", action="store_true", help="prune DEAD jobs too (kept by default, for replay)")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_PRUNE_BATCH,
+                   help=f"jobs deleted per transaction (default {DEFAULT_PRUNE_BATCH}, at most {MAX_PRUNE_BATCH})")
+    p.add_argument("--idempotency-window", metavar="SECONDS", type=positive_float, default=None,
+                   help="keep jobs whose Idempotency-Key is younger than this: give the API's "
+                        f"(default: RELIABLEQ_IDEMPOTENCY_WINDOW, else {DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS:g})")
+    p.add_argument("--every", metavar="SECONDS", type=positive_float,
+                   help="run a pass every this many seconds until SIGTERM or Ctrl-C (default: one pass)")
+    p.set_defaults(run=cmd_prune)
 
     p = sub.add_parser("demo", help="crash a worker after its charge commits, recover, print A H C F")
     p.add_argument("story", nargs="?", default="crash", choices=["crash", "kill9", "pause"],

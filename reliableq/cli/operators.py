@@ -1,16 +1,18 @@
-"""`reliableq submit`, `reliableq jobs` and `reliableq replay`: what an operator does to the queue, straight
-through the database (or, for submit, through the API)."""
+"""`reliableq submit`, `reliableq jobs`, `reliableq replay` and `reliableq prune`: what an operator does to
+the queue, straight through the database (or, for submit, through the API)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import signal
+import sys
 from typing import Any
 
 from reliableq import db
 from reliableq.charge.handler import STANDARD_VALIDATORS
-from reliableq.cli.arguments import UsageError, print_json, run_coroutine
+from reliableq.cli.arguments import UsageError, print_json, run_coroutine, seconds_from
 from reliableq.payload import parse_submission
 
 
@@ -61,12 +63,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return 0
 
     async def listing(queue):
-        return await queue.list(args.status, args.limit), await queue.counts()
-    jobs, counts = run_coroutine(_with_queue(listing))
+        return await queue.page(args.status, args.limit), await queue.counts()
+    page, counts = run_coroutine(_with_queue(listing))
     print("  ".join(f"{status}={n}" for status, n in counts.items()))
-    for job in jobs:
+    for job in page.jobs:
         error = f"  {job.last_error}" if job.last_error else ""
         print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  {_what(job)}{error}")
+    if page.next:  # on stderr: stdout stays one line per job for whoever reads it
+        print(f"(more jobs than --limit {args.limit}: raise it, or narrow with --status)", file=sys.stderr)
     return 0
 
 
@@ -90,4 +94,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return replayed
     job = run_coroutine(_with_queue(replay))
     print(f"replayed {job.id}: PENDING, key {job.idempotency_key}, budget now {job.max_attempts} attempts")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    """One pass of retention, or (--every) one pass every so often until SIGTERM or Ctrl-C; each pass
+    prints what it deleted."""
+    from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS
+    from reliableq.retention import RetentionPolicy, prune, prune_every
+    window = seconds_from(args.idempotency_window, "RELIABLEQ_IDEMPOTENCY_WINDOW",
+                            DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS)
+    try:
+        policy = RetentionPolicy(args.older_than, args.dead, args.batch, window)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+    def report(pruned) -> None:
+        print(pruned.describe(), flush=True)
+
+    async def run(queue) -> None:
+        if args.every is None:
+            report(await prune(queue, policy))
+            return
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await prune_every(queue, policy, args.every, stop, report)
+    run_coroutine(_with_queue(run))
     return 0

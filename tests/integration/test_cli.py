@@ -13,6 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from reliableq import db
@@ -216,10 +217,20 @@ def test_submit_then_show_the_job(databases):
 
     listed = reliableq("jobs", env=env)
     assert listed.returncode == 0, listed.stderr
-    assert "PENDING=2" in listed.stdout
+    assert "PENDING=2" in listed.stdout and "more jobs" not in listed.stderr
     lines = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
     assert lines[str(job_id)].endswith("attempts=0/3  charge 12.50 USD")
     assert lines[shown["id"]].endswith("attempts=0/5  noop")
+
+
+def test_jobs_says_on_stderr_when_more_exist_than_its_limit(databases):
+    """`jobs --limit N` prints the N newest jobs, one line each; when there are more it says so on stderr."""
+    with psycopg.connect(databases.queue_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobs (payload) SELECT '{}' FROM generate_series(1, 3)")
+    limited = reliableq("jobs", "--limit", "2", env=database_env(databases))
+    assert limited.returncode == 0, limited.stderr
+    assert len(limited.stdout.splitlines()) == 3  # the counts, then two jobs
+    assert "more jobs than --limit 2" in limited.stderr
 
 
 def test_show_unknown_job_fails_with_one_line(databases):
