@@ -8,12 +8,15 @@ effect): `kept` leaves the history in place,
 VACUUM ANALYZE, as autovacuum would soon after a large delete, so that the two differ only in what the
 tables hold. The headline is jobs per second; the worker's claim and finalize means say where a
 difference comes from. `kept` also times the listing's first page and one halfway down the history
-(a keyset cursor, not an offset). Not measured: a history deleted while workers run, autovacuum's pace.
+(a keyset cursor, not an offset), and lists the whole history page by page: its gate fails unless every
+job came back exactly once (with the full profile, a million jobs). Not measured: a history deleted while
+workers run, autovacuum's pace.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import psycopg
 from psycopg.rows import dict_row
@@ -24,12 +27,14 @@ from reliableq.bench.results import Measured, worker_time_metrics
 from reliableq.bench.runner import Bench
 from reliableq.bench.stack import drain, run_system
 from reliableq.lab.harness import LocalSystem
+from reliableq.lab.invariants import Check
 from reliableq.position import ListPosition
 from reliableq.retention import RetentionPolicy, prune
 
 _Q = sql.queries("bench")
 PERMITS = 8  # one worker process with the permits the noop scenario's middle point has
 PAGE = 100  # the API's default page
+WHOLE_LISTING_PAGE = 1000  # the API's largest page
 OLDER_THAN_SECONDS = 24 * 3600.0  # the history finished two days ago: all of it is old enough
 
 
@@ -61,6 +66,29 @@ async def _page_ms(system: LocalSystem, history: int) -> dict[str, float]:
     return {"list_first_page_ms": 1000 * first, "list_middle_page_ms": 1000 * (time.monotonic() - started)}
 
 
+async def _listed_once(system: LocalSystem) -> tuple[Check, dict[str, float]]:
+    """Every job listed, page by page from the newest: the check that each came back exactly once, and the
+    seconds it took."""
+    started = time.monotonic()
+    listed: Counter = Counter()
+    page = await system.queue.page(limit=WHOLE_LISTING_PAGE)
+    pages = 1
+    while True:
+        listed.update(job.id for job in page.jobs)
+        if page.next is None:
+            break
+        page = await system.queue.page(limit=WHOLE_LISTING_PAGE, after=page.next)
+        pages += 1
+    seconds = time.monotonic() - started
+    stored = sum((await system.queue.counts()).values())
+    violations = [{"job_id": job_id, "listed": times} for job_id, times in listed.items() if times > 1]
+    if len(listed) != stored:
+        violations.append({"stored": stored, "listed_distinct": len(listed)})
+    check = Check("every job listed exactly once, page by page", violations,
+                  note=f"{len(listed):,} jobs in {pages:,} pages of {WHOLE_LISTING_PAGE}, {seconds:.1f} s")
+    return check, {"list_all_seconds": seconds}
+
+
 async def retention(bench: Bench, repeat: int) -> None:
     p = bench.profile
     for pruned_first in (False, True):
@@ -77,11 +105,16 @@ async def retention(bench: Bench, repeat: int) -> None:
                     metrics |= {"pruned_jobs": pruned.succeeded, "prune_seconds": seconds,
                                 "pruned_per_second": pruned.succeeded / seconds}
                 await _vacuum(system)
+                listing: list[Check] = []
                 if not pruned_first:
                     metrics |= await _page_ms(system, p.retention_history)
+                    check, timed = await _listed_once(system)
+                    listing.append(check)
+                    metrics |= timed
                 window = await drain(bench, system, p.execute_jobs, 1, PERMITS, "noop")
                 stats = await system.stop_worker_processes()
-                passed, checks = await gate(system.databases, waive={UNCHARGED_CHECK: "no-op jobs have no effect"})
+                passed, checks = await gate(system.databases, waive={UNCHARGED_CHECK: "no-op jobs have no effect"},
+                                            extra=listing)
             metrics |= {"jobs": p.execute_jobs, "seconds": window.seconds,
                         "jobs_per_second": p.execute_jobs / window.seconds} | worker_time_metrics(stats, p.execute_jobs)
             return Measured(metrics, passed, checks, [], window)
