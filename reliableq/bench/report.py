@@ -329,6 +329,22 @@ def write_charts(result: BenchResult, out_dir: Path) -> tuple[list[Path], str]:
         ax.legend()
         save(fig, "pickup.png")
 
+    retention = sorted((r for r in passed if r.scenario == "retention"), key=lambda r: r.params["pruned"])
+    if retention:
+        fig, (rate, cost) = plt.subplots(1, 2, figsize=(9, 3.6))
+        labels = [r.point for r in retention]
+        rate.bar(labels, [r.value for r in retention], color=["tab:gray" if not r.params["pruned"] else "tab:green"
+                                                             for r in retention])
+        rate.set(ylabel="no-op jobs/s, one worker", title="Draining beside a finished history")
+        xs = range(len(retention))
+        for offset, key in ((-0.2, "claim_mean_ms"), (0.2, "finalize_mean_ms")):
+            cost.bar([x + offset for x in xs], [r.metrics.get(key) or 0 for r in retention], width=0.4,
+                     label=key.removesuffix("_mean_ms"))
+        cost.set_xticks(list(xs), labels)
+        cost.set(ylabel="ms (mean)", title="Claim and finalize")
+        cost.legend()
+        save(fig, "retention.png")
+
     for scenario, key, xlabel, title, name in (
             ("retry", "transient_rate", "transient failure rate", "Retry amplification (charge requests per job)",
              "retry.png"),

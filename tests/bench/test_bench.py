@@ -64,7 +64,7 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     assert not failed
     assert {r.scenario for r in result.runs} == set(SCENARIOS)
     for name in ("results.json", "runs.csv", "baselines.csv", "report.md", "execute.png", "execute_charge.png",
-                 "ingest.png", "ingest_batch.png", "ingest_http.png", "pickup.png"):
+                 "ingest.png", "ingest_batch.png", "ingest_http.png", "pickup.png", "retention.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     written = json.loads((tmp_path / "results.json").read_text())
     tools = {b["tool"] for b in written["baselines"]}
