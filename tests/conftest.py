@@ -19,6 +19,7 @@ import pytest
 from reliableq import db
 from reliableq.cli.logs import CHATTY_LIBRARIES
 from reliableq.config import Mechanisms
+from reliableq.handlers import HandlerRegistry, JobContext, Outcome
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Queue
@@ -98,6 +99,19 @@ def submission():
 
 def worker_name() -> str:
     return f"test-worker-{uuid.uuid4().hex[:6]}"
+
+
+def recording_handlers(kind: str, outcome: Outcome) -> tuple[HandlerRegistry, list[JobContext]]:
+    """A registry whose one handler, for `kind`, records each job it is given and answers `outcome`."""
+    seen: list[JobContext] = []
+
+    async def record(job: JobContext) -> Outcome:
+        seen.append(job)
+        return outcome
+
+    handlers = HandlerRegistry()
+    handlers.register(kind, record)
+    return handlers, seen
 
 
 @asynccontextmanager

@@ -13,13 +13,14 @@ import pytest
 
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
-from reliableq.handlers import HandlerRegistry, JobContext, Outcome
+from reliableq.handlers import JobContext, Outcome
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.ledger import JobCounts
 from reliableq.payload import Submission
 from reliableq.queue import MAX_ERROR_CHARS
 from reliableq.worker import Worker
+from tests.conftest import recording_handlers
 
 LEASE = 0.5  # seconds; short, so a crashed worker's job is reclaimable quickly
 
@@ -218,14 +219,7 @@ async def test_jobs_are_handled_by_kind(databases):
 
 async def test_a_registered_handler_runs_its_kind(databases):
     """A kind registered by the caller runs with the job's payload, attempt and idempotency key."""
-    seen: list[JobContext] = []
-
-    async def record(job: JobContext) -> Outcome:
-        seen.append(job)
-        return Outcome("ok", "recorded")
-
-    handlers = HandlerRegistry()
-    handlers.register("record", record)
+    handlers, seen = recording_handlers("record", Outcome("ok", "recorded"))
     async with local_system(databases=databases) as system:
         await system.submit_direct(Submission({"n": 7}, kind="record"))
         system.start_worker(system.worker(fast_settings(), handlers=handlers))

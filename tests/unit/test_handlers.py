@@ -11,6 +11,7 @@ import pytest
 from reliableq.handlers import HandlerRegistry, JobContext, Outcome, noop
 from reliableq.payload import InvalidSubmission, parse_submission
 from reliableq.queue import Job
+from tests.conftest import recording_handlers
 
 
 def job_of_kind(kind: str, payload: dict | None = None, attempts: int = 1) -> Job:
@@ -29,14 +30,7 @@ def positive_n(payload: dict) -> dict:
 
 def test_register_runs_the_handler_with_the_jobs_context():
     """A registered handler receives the job's id, payload, attempt and idempotency key."""
-    seen: list[JobContext] = []
-
-    async def record(job: JobContext) -> Outcome:
-        seen.append(job)
-        return Outcome("transient", "later")
-
-    registry = HandlerRegistry()
-    registry.register("record", record)
+    registry, seen = recording_handlers("record", Outcome("transient", "later"))
     job = job_of_kind("record", {"n": 1}, attempts=3)
     assert asyncio.run(registry.handle(job)) == Outcome("transient", "later")
     assert seen == [JobContext(job.id, {"n": 1}, 3, job.idempotency_key)]
