@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import psycopg
 import pytest
@@ -86,11 +88,17 @@ async def test_old_succeeded_jobs_go_in_batches_with_their_history_and_the_rest_
     assert (await remaining(url))["jobs"] == recent | recent_dead | kept["PENDING"] | kept["RUNNING"]
 
 
-async def hold_row_locks(url: str, job_ids: list[uuid.UUID]) -> psycopg.AsyncConnection:
-    """A transaction holding these jobs' rows, as a worker finalizing them or an operator replaying does."""
-    conn = await psycopg.AsyncConnection.connect(url)
-    await conn.execute("SELECT id FROM jobs WHERE id = ANY(%s) FOR UPDATE", (job_ids,))
-    return conn
+@asynccontextmanager
+async def row_locks_held(url: str, job_ids: list[uuid.UUID]) -> AsyncIterator[None]:
+    """A transaction holding these jobs' rows, as a worker finalizing them or an operator replaying does,
+    until the block ends. The locks are gone when it has ended: a rollback is answered after they are
+    released, while closing the connection alone lets its server process release them some time later."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("SELECT id FROM jobs WHERE id = ANY(%s) FOR UPDATE", (job_ids,))
+        try:
+            yield
+        finally:
+            await conn.rollback()
 
 
 async def test_a_locked_job_is_skipped_not_waited_for_and_a_running_job_never_touched(make_queue, submission,
@@ -104,13 +112,10 @@ async def test_a_locked_job_is_skipped_not_waited_for_and_a_running_job_never_to
     (running,) = await queue.claim(1, "worker-1", lease_seconds=60)
     await execute(url, "UPDATE jobs SET created_at = now() - interval '3 days' WHERE id = %s", (running.id,))
     locked = sorted(old)[0]
-    holder = await hold_row_locks(url, [running.id, locked])
-    try:
+    async with row_locks_held(url, [running.id, locked]):
         pruned = await asyncio.wait_for(prune(queue, RetentionPolicy(older_than_seconds=HOUR)), BOUND_SECONDS)
         assert pruned.succeeded == 29
         assert (await remaining(url))["jobs"] == {running.id, locked}
-    finally:
-        await holder.close()
     assert (await prune(queue, RetentionPolicy(older_than_seconds=HOUR))).succeeded == 1
     assert (await remaining(url))["jobs"] == {running.id}
     assert (await queue.get(running.id)).status == "RUNNING"
@@ -123,8 +128,7 @@ async def test_without_skip_locked_the_pruner_waits_for_a_locked_job(pool, datab
     old = await history(url, "SUCCEEDED", 5, 2 * DAY)
     blocking = sql.queries("queue")["job_prune_finalized"].replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
     queue = Queue(pool, replaced_queries={"job_prune_finalized": blocking})
-    holder = await hold_row_locks(url, [sorted(old)[0]])
-    try:
+    async with row_locks_held(url, [sorted(old)[0]]):
         running = asyncio.create_task(prune(queue, RetentionPolicy(older_than_seconds=HOUR)))
 
         async def waiting_on_a_lock() -> bool:
@@ -133,8 +137,6 @@ async def test_without_skip_locked_the_pruner_waits_for_a_locked_job(pool, datab
             return bool(rows)
         await wait_until(waiting_on_a_lock, BOUND_SECONDS, "the pruner to wait on the held row lock")
         assert not running.done()
-    finally:
-        await holder.close()
     assert (await asyncio.wait_for(running, BOUND_SECONDS)).succeeded == 5
 
 
