@@ -58,4 +58,18 @@ async def test_without_the_header_backoff_alone_decides(databases):
 
 
 async def test_with_backoff_off_nothing_waits_not_even_for_retry_after(databases):
-    assert await first_retry_delay(databases, retry_after=5, mechanisms=Mechanisms(backoff=False)) == 0.0
+    """Each attempt follows the last at once, though the service asked for 5 s. Read from the attempts'
+    history once the job is DEAD: a PENDING job due at once is claimed again too soon to be seen reliably."""
+    faults = ChargeFaults(transient_rate=1.0, retry_after_seconds=5)
+    async with local_system(Mechanisms(backoff=False), charge_faults=faults, databases=databases,
+                            api=False) as system:
+        job = await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=3))
+        system.start_worker(system.worker(fast_settings()))
+        await system.wait_settled([job.id], timeout=10)
+        await system.stop_workers()
+    async with await psycopg.AsyncConnection.connect(databases.queue_url) as conn:
+        gaps = [gap for (gap,) in await (await conn.execute(
+            "SELECT extract(epoch FROM claimed_at - lag(finished_at) OVER (ORDER BY attempt)) FROM job_attempts "
+            "WHERE job_id = %s ORDER BY attempt", (job.id,))).fetchall()]
+    assert len(gaps) == 3 and gaps[0] is None
+    assert max(gaps[1:]) < 1.0  # not the 5 s asked for
