@@ -342,6 +342,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
               openapi_extra=contract.batch_body(kind_names))
     async def submit_batch(request: Request) -> JSONResponse:
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
+        if "Idempotency-Key" in request.headers:  # ignored, it would leave a retrying client unprotected
+            raise _Refused(422, "a batch takes a submission_key per job, not an Idempotency-Key header")
         submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))
         # A tuple, so the fault point's job filters see one hashable value for the whole batch.
         job_ids = tuple(uuid.uuid4() for _ in submissions)

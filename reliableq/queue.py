@@ -391,9 +391,13 @@ class Queue:
                 rows = await cur.fetchall()
         return {status: 0 for status in STATUSES} | {row["status"]: row["jobs"] for row in rows}
 
-    async def mark_idle(self, worker_id: str, idle: bool) -> None:
-        """Say whether `worker_id` waits for work: submissions notify only while some worker does."""
-        await self._execute("worker_idle" if idle else "worker_busy", {"worker_id": worker_id})
+    async def mark_idle(self, worker_id: str, seconds: float) -> None:
+        """Say that `worker_id` waits for work, for `seconds` unless said again: submissions notify only
+        while some worker does."""
+        await self._execute("worker_idle", {"worker_id": worker_id, "seconds": seconds})
+
+    async def mark_busy(self, worker_id: str) -> None:
+        await self._execute("worker_busy", {"worker_id": worker_id})
 
     async def database_now(self) -> datetime:
         return (await self._fetch("database_now", {}))[0]["now"]

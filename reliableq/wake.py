@@ -10,16 +10,19 @@ reconnects, or for a retry whose time comes later), so the poll stays as the fal
 
 A notifying commit takes a lock that serialises every notifying commit on the server (it halved
 single-row inserts from 16 clients here), so a submission notifies only while some worker is idle: a
-worker says so (`IdleMark`) when a claim with free permits found nothing, and takes it back when it
-claims again. Under load every worker is busy and nothing notifies; the race between a worker's mark
-and a submission's check is closed by one more claim right after marking, and the poll covers the rest.
+worker says so (`IdleMark`) when a claim with free permits found nothing, renews it at each idle poll,
+and takes it back when it claims again. Under load every worker is busy and nothing notifies. A mark and
+a submission's check meet at a gate (sql/queue_schema.sql): a mark commits only after the inserts already
+checked, and the worker claims once more right after marking, so no submission waits for a poll on
+account of the race. A mark runs out a few polls after its last renewal: a killed worker's mark does not
+keep every submission notifying.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import psycopg
 from psycopg import sql
@@ -31,6 +34,11 @@ log = logging.getLogger("reliableq.wake")
 CHANNEL = "reliableq_jobs_submitted"
 # A lost listener connection is tried again this often; meanwhile the poll finds every job.
 RECONNECT_SECONDS = 1.0
+# A listener only reads, so over TCP a peer that vanished (a host gone, a cut network) would never be
+# noticed without keepalives: these find it within about 10 s. libpq ignores them on Unix sockets.
+LISTENER_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+# A mark lasts this many polls past its last renewal.
+MARK_POLLS = 3
 
 
 async def listen_for_submissions(pool: AsyncConnectionPool, wake: Callable[[], None], worker_id: str = "") -> None:
@@ -41,7 +49,8 @@ async def listen_for_submissions(pool: AsyncConnectionPool, wake: Callable[[], N
         try:
             # The pool's connection settings, not its connections: LISTEN holds a session for as long as
             # it listens, and a pool connection is lent for one statement's while.
-            async with await psycopg.AsyncConnection.connect(pool.conninfo, **pool.kwargs) as conn:
+            async with await psycopg.AsyncConnection.connect(pool.conninfo,
+                                                             **(LISTENER_KEEPALIVES | pool.kwargs)) as conn:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                 if lost_since_said:
                     log.info("worker %s listening for submissions again", worker_id, extra={"worker_id": worker_id})
@@ -49,7 +58,7 @@ async def listen_for_submissions(pool: AsyncConnectionPool, wake: Callable[[], N
                 wake()  # whatever was submitted while nobody listened
                 async for _ in conn.notifies():
                     wake()
-        except psycopg.OperationalError as error:
+        except psycopg.Error as error:
             if not lost_since_said:
                 log.warning("worker %s stopped hearing of submissions (%s); polling until it hears again",
                             worker_id, " ".join(str(error).split()) or type(error).__name__,
@@ -61,21 +70,27 @@ async def listen_for_submissions(pool: AsyncConnectionPool, wake: Callable[[], N
 class IdleMark:
     """Whether this worker has told the database it waits for work (the idle_workers table)."""
 
-    def __init__(self, queue: Queue, worker_id: str) -> None:
+    def __init__(self, queue: Queue, worker_id: str, poll_seconds: float) -> None:
         self.queue, self.worker_id = queue, worker_id
+        self.lasts_seconds = MARK_POLLS * poll_seconds
         self.marked = False
 
     async def after_claim(self, found_nothing: bool) -> bool:
-        """Mark or unmark after a claim that had free permits. True when it just marked: claim once more at
-        once, for a job submitted while the mark was on its way (its insert saw nobody idle)."""
-        if found_nothing == self.marked:
-            return False
-        await self.set(found_nothing)
-        return self.marked
+        """Mark, renew or unmark after a claim that had free permits. True when it has just marked: claim
+        once more at once, for a job whose insert committed between that claim and the mark."""
+        was_marked = self.marked
+        if found_nothing:
+            await self._say(self.queue.mark_idle(self.worker_id, self.lasts_seconds), marked=True)
+        elif was_marked:
+            await self.unmark()
+        return self.marked and not was_marked
 
-    async def set(self, idle: bool) -> None:
+    async def unmark(self) -> None:
+        await self._say(self.queue.mark_busy(self.worker_id), marked=False)
+
+    async def _say(self, statement: Awaitable[None], marked: bool) -> None:
         try:
-            await self.queue.mark_idle(self.worker_id, idle)
+            await statement
         except (psycopg.Error, PoolTimeout):
-            return  # the database is out of reach: the claim says so; the mark is tried again next time
-        self.marked = idle
+            return  # the database is out of reach: the claim says so; the next idle poll says it again
+        self.marked = marked

@@ -123,7 +123,7 @@ class Worker:
                  extra={"worker_id": self.worker_id})
         listener = (asyncio.create_task(listen_for_submissions(self.queue.pool, self._wake.set, self.worker_id))
                     if self.settings.wake_on_submit else None)
-        idle = IdleMark(self.queue, self.worker_id)
+        idle = IdleMark(self.queue, self.worker_id, self.settings.poll_seconds)
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
@@ -149,8 +149,8 @@ class Worker:
             if listener is not None:
                 listener.cancel()
                 await asyncio.wait({listener})  # its connection closed before the worker says it stopped
-        if idle.marked:  # not after a crash: a killed worker's mark stays, and submissions keep notifying
-            await idle.set(False)
+        if idle.marked:  # not after a crash: a killed worker's mark stays until it runs out
+            await idle.unmark()
         log.info("worker %s stopped: %s", self.worker_id, self.stats.summary(), extra={"worker_id": self.worker_id})
         return self.stats
 

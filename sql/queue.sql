@@ -301,8 +301,14 @@ SELECT status, count(*) AS jobs FROM jobs GROUP BY status ORDER BY status;
 SELECT set_config('statement_timeout', %(milliseconds)s, true);
 
 -- name: worker_idle
--- This worker found nothing to claim: submissions notify again (sql/queue_schema.sql, idle_workers).
-INSERT INTO idle_workers (worker_id) VALUES (%(worker_id)s) ON CONFLICT (worker_id) DO NOTHING;
+-- This worker found nothing to claim: submissions notify again until `seconds` from now
+-- (sql/queue_schema.sql, idle_workers: the gate taken first, and why). Marks that ran out a while ago
+-- (their workers were killed) are cleared on the way.
+WITH gate AS (SELECT pg_advisory_xact_lock(hashtext('reliableq idle mark'))),
+     ran_out AS (DELETE FROM idle_workers WHERE until < now() - interval '1 hour' AND worker_id <> %(worker_id)s)
+INSERT INTO idle_workers (worker_id, until)
+SELECT %(worker_id)s, now() + make_interval(secs => %(seconds)s) FROM gate
+ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until;
 
 -- name: worker_busy
 -- This worker has work again, or stops: its submissions need not notify on its account.

@@ -38,14 +38,24 @@ CREATE INDEX IF NOT EXISTS jobs_created_id ON jobs (created_at, id);
 -- listening workers, once however many rows, and PostgreSQL delivers it only when the insert commits.
 -- Only while some worker is idle (found nothing at its last claim): a notifying commit holds a lock that
 -- serialises every notifying commit on the server, so under load, with every worker busy, none notifies.
--- UNLOGGED: after a server crash nobody is idle until a worker finds nothing again.
+-- A mark lasts `until` a few of its worker's polls from its last renewal (each idle poll renews it), so the
+-- mark of a killed or stopped worker stops making submissions notify. UNLOGGED: after a server crash
+-- nobody is idle until a worker finds nothing again.
 CREATE UNLOGGED TABLE IF NOT EXISTS idle_workers (
     worker_id text PRIMARY KEY,
-    since     timestamptz NOT NULL DEFAULT now()
+    until     timestamptz NOT NULL
 );
+-- The first version of this table had no expiry (a `since` column instead of `until`).
+ALTER TABLE idle_workers DROP COLUMN IF EXISTS since,
+    ADD COLUMN IF NOT EXISTS until timestamptz NOT NULL DEFAULT '-infinity';
+-- The idle-mark gate: an inserting statement takes it shared (held to its commit), a worker's mark takes
+-- it exclusively (sql/queue.sql, worker_idle). A mark therefore commits only after the inserts already
+-- past their check have committed, so the claim the worker makes right after marking sees their jobs;
+-- and an insert that reaches its check after the mark waits for the mark's commit and sees it.
 CREATE OR REPLACE FUNCTION reliableq_notify_submitted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM idle_workers) THEN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('reliableq idle mark'));
+    IF EXISTS (SELECT 1 FROM idle_workers WHERE until > now()) THEN
         PERFORM pg_notify('reliableq_jobs_submitted', '');
     END IF;
     RETURN NULL;

@@ -121,7 +121,9 @@ async def test_a_batch_with_one_key_reused_for_another_body_stores_none_of_it(ap
     ("/v1/jobs", {**CHARGE, "submission_key": ""}, {}, "submission_key must be"),
     ("/v1/jobs/batch", {"jobs": [{**CHARGE, "submission_key": "a"}, {**CHARGE, "submission_key": "a"}]}, {},
      "jobs[1]: submission_key repeats jobs[0]'s"),
-], ids=["too-long", "space", "non-ascii", "header-and-body-differ", "not-text", "empty", "repeated-in-batch"])
+    ("/v1/jobs/batch", {"jobs": [CHARGE]}, {"Idempotency-Key": "k"}, "a submission_key per job"),
+], ids=["too-long", "space", "non-ascii", "header-and-body-differ", "not-text", "empty", "repeated-in-batch",
+        "header-on-a-batch"])
 async def test_a_bad_key_is_422_and_stores_nothing(api, databases, path, body, headers, message):
     refused = await api.post(path, json=body, headers=headers)
     assert refused.status_code == 422, refused.text

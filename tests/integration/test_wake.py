@@ -14,6 +14,7 @@ from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.lab.harness import fast_settings, local_system
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
+from reliableq.queue import Queue
 from reliableq.wake import CHANNEL, RECONNECT_SECONDS
 
 pytestmark = pytest.mark.anyio
@@ -78,7 +79,7 @@ async def test_a_notification_comes_only_with_the_commit_of_an_insert_and_only_w
         await writer.execute("INSERT INTO jobs (payload) VALUES ('{}')")
         await writer.commit()
         assert [n async for n in listener.notifies(timeout=0.3)] == []  # nobody idle: nothing to wake
-        await writer.execute("INSERT INTO idle_workers (worker_id) VALUES ('w')")
+        await writer.execute("INSERT INTO idle_workers (worker_id, until) VALUES ('w', now() + interval '1 hour')")
         await writer.commit()
         await writer.execute("INSERT INTO jobs (payload) VALUES ('{}'), ('{}')")
         assert [n async for n in listener.notifies(timeout=0.3)] == []  # not committed: nothing heard
@@ -88,6 +89,72 @@ async def test_a_notification_comes_only_with_the_commit_of_an_insert_and_only_w
         await writer.commit()
         heard = [n async for n in listener.notifies(timeout=1.0)]
         assert [n.channel for n in heard] == [CHANNEL]  # one per statement, however many rows
+
+
+async def test_a_mark_that_ran_out_wakes_nobody_and_is_cleared_by_the_next_mark(pool, databases):
+    """A killed worker's mark, not renewed, stops making submissions notify once it runs out; an hour
+    later the next worker's mark clears it."""
+    queue = Queue(pool)
+    async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
+        await conn.execute(f"LISTEN {CHANNEL}")
+        await conn.execute("INSERT INTO idle_workers (worker_id, until) VALUES ('killed', now() - interval '1 s')")
+        await queue.submit(NOOP)
+        assert [n async for n in conn.notifies(timeout=0.3)] == []
+        await conn.execute("UPDATE idle_workers SET until = now() - interval '2 hours'")
+        await queue.mark_idle("alive", seconds=60)
+        await queue.submit(NOOP)
+        assert [n.channel async for n in conn.notifies(timeout=1.0)] == [CHANNEL]
+        rows = await (await conn.execute("SELECT worker_id, until > now() FROM idle_workers")).fetchall()
+    assert rows == [("alive", True)]
+
+
+async def test_a_worker_renews_its_mark_at_each_idle_poll(databases):
+    async with local_system(databases=databases, api=False, charge=False) as system:
+        worker = system.worker(fast_settings(poll_seconds=0.2))
+        system.start_worker(worker)
+        async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
+            async def until() -> object:
+                row = await (await conn.execute("SELECT until FROM idle_workers")).fetchone()
+                return row and row[0]
+            first = await wait_until(until, 5, "the worker's mark")
+            await wait_until(lambda: later_than(until, first), 5, "the mark renewed")
+        await system.stop_workers()
+
+
+async def later_than(read, earlier) -> bool:
+    return (await read()) > earlier
+
+
+async def test_a_mark_waits_for_inserts_in_flight_and_an_insert_waits_for_a_mark_in_flight(pool, databases):
+    """The gate between a mark and a submission's check, each interleaving forced. An insert that found
+    nobody idle and has not committed: the mark commits only after it does, so the claim a worker makes
+    right after marking finds its job. A mark that has not committed: an insert's check waits for it and
+    sees it, so that insert notifies."""
+    queue = Queue(pool)
+    async with await psycopg.AsyncConnection.connect(databases.queue_url) as inserting, \
+            await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as watcher:
+        async def waiting_on_the_gate() -> bool:
+            row = await (await watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).fetchone()
+            return row[0] > 0
+
+        await inserting.execute("INSERT INTO jobs (payload, kind) VALUES ('{}', 'noop')")  # checked: nobody idle
+        marking = asyncio.create_task(queue.mark_idle("worker-1", seconds=60))
+        await wait_until(waiting_on_the_gate, 5, "the mark to wait for the insert in flight")
+        assert not marking.done()
+        await inserting.commit()
+        await asyncio.wait_for(marking, 5)
+        assert len(await queue.claim(10, "worker-1", 30.0)) == 1  # the claim right after the mark
+
+        await watcher.execute(f"LISTEN {CHANNEL}")
+        await queue.mark_busy("worker-1")
+        async with await psycopg.AsyncConnection.connect(databases.queue_url) as marking_conn:
+            await marking_conn.execute(sql.queries("queue")["worker_idle"], {"worker_id": "worker-2", "seconds": 60})
+            submitting = asyncio.create_task(queue.submit(NOOP))
+            await wait_until(waiting_on_the_gate, 5, "the insert's check to wait for the mark in flight")
+            await marking_conn.commit()
+        await asyncio.wait_for(submitting, 5)
+        assert [n.channel async for n in watcher.notifies(timeout=1.0)] == [CHANNEL]
 
 
 async def test_a_worker_is_marked_idle_only_while_it_finds_nothing(databases):
