@@ -377,7 +377,10 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         except ValueError as error:
             return _error(400, str(error))
         page = await queue(request).page(status.upper() if status else None, limit, after)
-        return JSONResponse({"jobs": [job.as_json() for job in page.jobs], "counts": await queue(request).counts(),
+        # Counted for the first page only: a count reads the whole table, and a walk through a long history
+        # would pay it on every page (and past a bound on each, be refused).
+        counts = await bounded_counts(request, "GET /v1/jobs") if after is None else None
+        return JSONResponse({"jobs": [job.as_json() for job in page.jobs], "counts": counts,
                              "next": page.next.cursor() if page.next else None})
 
     @app.get("/v1/jobs/{job_id}", response_model=None, responses={
@@ -439,12 +442,16 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         and rates are the operator's, and a scraper sends the token as easily as a client (Prometheus'
         `authorization` setting). The count is bounded: past JOB_COUNT_SECONDS, or with the database
         down, the reliableq_jobs series are left out and the rest is still answered."""
+        return Response(metrics.exposition(await bounded_counts(request, "/metrics")),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    async def bounded_counts(request: Request, route: str) -> dict[str, int] | None:
+        """Jobs by status, or None past JOB_COUNT_SECONDS or with the database down (logged)."""
         try:
-            counts = await queue(request).counts(within_seconds=JOB_COUNT_SECONDS)
+            return await queue(request).counts(within_seconds=JOB_COUNT_SECONDS)
         except psycopg.Error as error:  # PoolTimeout and a cancelled statement included
-            log.warning("/metrics: jobs not counted: %s: %s", type(error).__name__, " ".join(str(error).split()))
-            counts = None
-        return Response(metrics.exposition(counts), media_type=CONTENT_TYPE_LATEST)
+            log.warning("%s: jobs not counted: %s: %s", route, type(error).__name__, " ".join(str(error).split()))
+            return None
 
     app.openapi = partial(contract.document, app)
     return app

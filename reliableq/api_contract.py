@@ -54,7 +54,7 @@ class BatchAccepted(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[Job]  # newest first
-    counts: dict[str, int]
+    counts: dict[str, int] | None  # jobs by status, on the first page only; null after it, or if not counted in 1 s
     next: str | None  # the cursor of the following page; null on the last
 
 

@@ -77,6 +77,14 @@ async def test_pages_return_every_job_once_newest_first(api, databases):
     assert [job["id"] for job in listed] == [job_id for job_id, _ in old]
 
 
+async def test_only_the_first_page_counts_the_jobs(api, databases):
+    """A count reads the whole table: the first page carries it, the pages after it do not."""
+    await insert_old_jobs(databases.queue_url)
+    first = await list_page(api)
+    assert first["counts"] == {status: OLD_JOBS // 4 for status in ("PENDING", "RUNNING", "SUCCEEDED", "DEAD")}
+    assert (await list_page(api, cursor=first["next"]))["counts"] is None
+
+
 async def test_jobs_inserted_between_pages_make_no_page_repeat_or_skip_an_old_job(api, databases):
     """Between pages, new jobs arrive through the API (newer than any page), and rows whose transaction
     began earlier commit with an old created_at, inside the pages already read and the pages to come.
