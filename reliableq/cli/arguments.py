@@ -9,12 +9,13 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from reliableq.config import Mechanisms
 
 T = TypeVar("T")
+Number = TypeVar("Number", int, float)
 
 
 class UsageError(Exception):
@@ -22,7 +23,8 @@ class UsageError(Exception):
 
 
 def mechanisms_from(args: argparse.Namespace) -> Mechanisms:
-    names = [n.strip() for n in (args.off or "").split(",") if n.strip()]
+    # skip-locked as the stages and exercises spell it, or skip_locked as the mechanisms do
+    names = [n.strip().replace("-", "_") for n in (args.off or "").split(",") if n.strip()]
     try:
         return Mechanisms().without(*names)
     except ValueError as error:
@@ -34,18 +36,24 @@ def add_mechanism_option(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated mechanisms to switch off: " + ",".join(Mechanisms.names()))
 
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+def _checked(text: str, convert: Callable[[str], Number], holds: Callable[[Number], bool], expected: str) -> Number:
+    """`text` converted, if it converts and the value holds; else argparse's one-line error saying what was
+    expected (not "invalid <function name> value", argparse's own wording for a ValueError)."""
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not holds(value):
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text}")
     return value
+
+
+def positive_float(text: str) -> float:
+    return _checked(text, float, lambda value: math.isfinite(value) and value > 0, "a positive number")
 
 
 def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be zero or a positive number, got {text}")
-    return value
+    return _checked(text, float, lambda value: math.isfinite(value) and value >= 0, "zero or a positive number")
 
 
 def seconds_from(given: float | None, variable: str, default: float) -> float:
@@ -68,24 +76,15 @@ def check_fleet_limit(fleet_limit: int | None, mechanisms: Mechanisms) -> None:
 
 
 def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
+    return _checked(text, int, lambda value: value >= 1, "at least 1")
 
 
 def tcp_port(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port between 1 and 65535, got {text}")
-    return value
+    return _checked(text, int, lambda value: 1 <= value <= 65535, "a TCP port between 1 and 65535")
 
 
 def rate(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
+    return _checked(text, float, lambda value: 0 <= value <= 1, "between 0 and 1")
 
 
 def job_uuid(text: str) -> uuid.UUID:

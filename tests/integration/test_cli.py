@@ -170,6 +170,18 @@ def test_bad_arguments_fail_with_one_line(args, capsys, monkeypatch):
     assert line.startswith("reliableq")
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (["worker", "--poll", "abc"], "argument --poll: must be a positive number, got abc"),
+    (["prune", "--older-than", "1w"], "argument --older-than: must be zero or a positive number, got 1w"),
+    (["api", "--port", "http"], "argument --port: must be a TCP port between 1 and 65535, got http"),
+    (["charge-service", "--transient-rate", "most"], "argument --transient-rate: must be between 0 and 1, got most"),
+])
+def test_a_value_that_is_not_a_number_is_refused_saying_what_was_expected(args, says, capsys, monkeypatch):
+    """Not argparse's own "invalid <function name> value", which names our code rather than the option's rule."""
+    line = assert_one_line_error(in_process(args, capsys, monkeypatch), exit_code=2)
+    assert line.endswith(says)
+
+
 @pytest.mark.parametrize(("command", "variable"), [("worker", "RELIABLEQ_DB_WAIT"), ("api", "RELIABLEQ_DB_TIMEOUT"),
                                                    ("api", "RELIABLEQ_IDEMPOTENCY_WINDOW")])
 def test_a_bad_seconds_variable_in_the_environment_fails_with_one_line(command, variable, capsys, monkeypatch):

