@@ -128,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description")
     p.add_argument("--max-attempts", type=positive_int)
     p.add_argument("--api-url", help="submit through this API instead of the database")
+    p.add_argument("--token", help="with --api-url: the API's bearer token (default: RELIABLEQ_API_TOKEN)")
     p.set_defaults(run=cmd_submit)
 
     p = sub.add_parser("jobs", help="list jobs (DEAD included) or show one with its attempts")

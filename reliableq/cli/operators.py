@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -25,7 +26,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.api_url:
         import httpx
         try:
-            response = httpx.post(f"{args.api_url}/v1/jobs", json=body, timeout=10)
+            token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
+            response = httpx.post(f"{args.api_url}/v1/jobs", json=body, timeout=10,
+                                  headers={"Authorization": f"Bearer {token}"} if token else {})
         except httpx.HTTPError as error:
             raise db.DatabaseUnavailable(f"cannot reach the API at {args.api_url}: {error}") from error
         if response.status_code != 202:

@@ -17,8 +17,10 @@ import psycopg
 import pytest
 
 from reliableq import db
+from reliableq.api import create_api_app
 from reliableq.cli.main import main
 from reliableq.lab.scenario import LINE_WIDTH
+from reliableq.servers import LoopbackServer
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
 
@@ -138,6 +140,26 @@ def in_process(args: list[str], capsys, monkeypatch) -> subprocess.CompletedProc
         code = exited.code
     out = capsys.readouterr()
     return subprocess.CompletedProcess(["reliableq", *args], code, out.out, out.err)
+
+
+def test_submit_through_an_api_that_wants_a_token(databases, capsys, monkeypatch):
+    """--api-url with the token from --token or RELIABLEQ_API_TOKEN stores the job through the API (the
+    database itself is unreachable from the command); without it, one line with the API's 401."""
+    server = LoopbackServer(create_api_app(databases.queue_url, api_token="s3cret"))
+    url = server.start()
+    try:
+        refused = in_process(["submit", "--amount", "500", "--api-url", url], capsys, monkeypatch)
+        by_option = in_process(["submit", "--amount", "500", "--api-url", url, "--token", "s3cret"],
+                               capsys, monkeypatch)
+        monkeypatch.setenv("RELIABLEQ_API_TOKEN", "s3cret")
+        by_variable = in_process(["submit", "--amount", "700", "--api-url", url], capsys, monkeypatch)
+    finally:
+        server.stop()
+    assert "401" in assert_one_line_error(refused, exit_code=2)
+    assert by_option.returncode == 0 and by_variable.returncode == 0, (by_option, by_variable)
+    with psycopg.connect(databases.queue_url) as conn:
+        stored = dict(conn.execute("SELECT id::text, (payload->>'amount_cents')::int FROM jobs").fetchall())
+    assert stored == {by_option.stdout.strip(): 500, by_variable.stdout.strip(): 700}
 
 
 def test_a_bad_argument_fails_with_one_line_from_the_real_command():
