@@ -5,21 +5,26 @@ against the databases DATABASE_URL and CHARGE_DATABASE_URL name."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 from reliableq import db
 from reliableq.api import create_api_app
 from reliableq.cli.main import main
+from reliableq.lab.processes import free_port
 from reliableq.lab.scenario import LINE_WIDTH
+from reliableq.lab.waiting import wait_until
 from reliableq.servers import LoopbackServer
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
@@ -160,6 +165,28 @@ def test_submit_through_an_api_that_wants_a_token(databases, capsys, monkeypatch
     with psycopg.connect(databases.queue_url) as conn:
         stored = dict(conn.execute("SELECT id::text, (payload->>'amount_cents')::int FROM jobs").fetchall())
     assert stored == {by_option.stdout.strip(): 500, by_variable.stdout.strip(): 700}
+
+
+def test_a_server_says_when_it_listens_and_when_it_stops(databases):
+    """A real charge-service process, SIGTERMed once it answers: exit 0, and its log says both ends of its
+    life (the API and the worker log the same way: one _serve, the worker's own test in test_processes)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "reliableq", "charge-service", "--port", str(port)],
+                              env=os.environ | database_env(databases), stdin=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        def answers() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return server.poll() is not None  # exited: the assertions below show why
+        asyncio.run(wait_until(answers, 30, "the charge service to answer"))
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert server.returncode == 0, stderr
+    assert f"charge service listening on http://127.0.0.1:{port}" in stderr and "charge service stopped" in stderr
 
 
 def test_a_bad_argument_fails_with_one_line_from_the_real_command():
