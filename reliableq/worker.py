@@ -128,12 +128,15 @@ class Worker:
             while not self._stopping.is_set():
                 self._wake.clear()
                 could_claim = self._claim_limit() > 0
-                jobs = await self._claim()
+                answer = await self._claim()
+                jobs = answer or []
                 if jobs:
                     self.permits.taken(len(jobs))
                 for job in jobs:
                     self._start(job)
-                if listener is not None and could_claim and await idle.after_claim(found_nothing=not jobs):
+                # Only after an answered claim: in an outage a mark would wait out the pool's timeout too.
+                if (listener is not None and could_claim and answer is not None
+                        and await idle.after_claim(found_nothing=not jobs)):
                     continue  # just said it is idle: look once more before waiting
                 if not jobs or self._claim_limit() <= 0:
                     # Idle or full: wait for a poll tick, a submission, a finished handler, or a stop.
@@ -154,7 +157,8 @@ class Worker:
         log.info("worker %s stopped: %s", self.worker_id, self.stats.summary(), extra={"worker_id": self.worker_id})
         return self.stats
 
-    async def _claim(self) -> list[Job]:
+    async def _claim(self) -> list[Job] | None:
+        """The jobs claimed (none without a free permit), or None when the database did not answer."""
         limit = self._claim_limit()
         if limit <= 0:
             return []
@@ -166,7 +170,7 @@ class Worker:
             reraise_if_cancelled()
             # The database is briefly unreachable or saturated: nothing was claimed; try again next tick.
             log.warning("worker %s could not claim: %s", self.worker_id, error, extra={"worker_id": self.worker_id})
-            return []
+            return None
         finally:
             self.stats.claim_calls += 1
             self.stats.claim_seconds_total += time.perf_counter() - started
