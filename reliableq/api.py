@@ -378,7 +378,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             return _error(400, str(error))
         page = await queue(request).page(status.upper() if status else None, limit, after)
         # Counted for the first page only: a count reads the whole table, and a walk through a long history
-        # would pay it on every page (and past a bound on each, be refused).
+        # would pay it on every page.
         counts = await bounded_counts(request, "GET /v1/jobs") if after is None else None
         return JSONResponse({"jobs": [job.as_json() for job in page.jobs], "counts": counts,
                              "next": page.next.cursor() if page.next else None})

@@ -391,10 +391,10 @@ class Queue:
                 rows = await cur.fetchall()
         return {status: 0 for status in STATUSES} | {row["status"]: row["jobs"] for row in rows}
 
-    async def mark_idle(self, worker_id: str, seconds: float) -> None:
+    async def mark_idle(self, worker_id: str, seconds: float) -> bool:
         """Say that `worker_id` waits for work, for `seconds` unless said again: submissions notify only
-        while some worker does."""
-        await self._execute("worker_idle", {"worker_id": worker_id, "seconds": seconds})
+        while some worker does. Whether its mark was still live when said."""
+        return (await self._fetch("worker_idle", {"worker_id": worker_id, "seconds": seconds}))[0]["was_live"]
 
     async def mark_busy(self, worker_id: str) -> None:
         await self._execute("worker_busy", {"worker_id": worker_id})

@@ -11,18 +11,18 @@ reconnects, or for a retry whose time comes later), so the poll stays as the fal
 A notifying commit takes a lock that serialises every notifying commit on the server (it halved
 single-row inserts from 16 clients here), so a submission notifies only while some worker is idle: a
 worker says so (`IdleMark`) when a claim with free permits found nothing, renews it at each idle poll,
-and takes it back when it claims again. Under load every worker is busy and nothing notifies. A mark and
-a submission's check meet at a gate (sql/queue_schema.sql): a mark commits only after the inserts already
-checked, and the worker claims once more right after marking, so no submission waits for a poll on
-account of the race. A mark runs out a few polls after its last renewal: a killed worker's mark does not
-keep every submission notifying.
+and takes it back when it claims again. Under load every worker is busy and nothing notifies. A mark runs
+out a few polls after its last renewal, so a killed worker's mark does not keep every submission
+notifying. Whenever a mark was not live before (new, or run out), the worker claims once more at once, for
+a job submitted while nobody was marked; one whose insert checked while the mark was on its way and
+committed after that claim waits for the poll (sql/queue_schema.sql says why no gate closes that window).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
@@ -76,21 +76,22 @@ class IdleMark:
         self.marked = False
 
     async def after_claim(self, found_nothing: bool) -> bool:
-        """Mark, renew or unmark after a claim that had free permits. True when it has just marked: claim
-        once more at once, for a job whose insert committed between that claim and the mark."""
-        was_marked = self.marked
-        if found_nothing:
-            await self._say(self.queue.mark_idle(self.worker_id, self.lasts_seconds), marked=True)
-        elif was_marked:
-            await self.unmark()
-        return self.marked and not was_marked
+        """Mark or renew after a claim with free permits that found nothing; unmark after one that found
+        work. True when the mark was not live before (new, or run out): claim once more at once."""
+        if not found_nothing:
+            if self.marked:
+                await self.unmark()
+            return False
+        try:
+            was_live = await self.queue.mark_idle(self.worker_id, self.lasts_seconds)
+        except (psycopg.Error, PoolTimeout):
+            return False  # the database is out of reach: the claim says so; the next idle poll marks again
+        self.marked = True
+        return not was_live
 
     async def unmark(self) -> None:
-        await self._say(self.queue.mark_busy(self.worker_id), marked=False)
-
-    async def _say(self, statement: Awaitable[None], marked: bool) -> None:
         try:
-            await statement
+            await self.queue.mark_busy(self.worker_id)
         except (psycopg.Error, PoolTimeout):
-            return  # the database is out of reach: the claim says so; the next idle poll says it again
-        self.marked = marked
+            return  # a mark left behind runs out by itself
+        self.marked = False

@@ -302,13 +302,19 @@ SELECT set_config('statement_timeout', %(milliseconds)s, true);
 
 -- name: worker_idle
 -- This worker found nothing to claim: submissions notify again until `seconds` from now
--- (sql/queue_schema.sql, idle_workers: the gate taken first, and why). Marks that ran out a while ago
--- (their workers were killed) are cleared on the way.
-WITH gate AS (SELECT pg_advisory_xact_lock(hashtext('reliableq idle mark'))),
-     ran_out AS (DELETE FROM idle_workers WHERE until < now() - interval '1 hour' AND worker_id <> %(worker_id)s)
-INSERT INTO idle_workers (worker_id, until)
-SELECT %(worker_id)s, now() + make_interval(secs => %(seconds)s) FROM gate
-ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until;
+-- (sql/queue_schema.sql, idle_workers). Returns whether its mark was live before this one: if not (a new
+-- mark, or one that ran out), a submission may have found nobody idle, and the worker claims once more.
+-- Marks that ran out an hour ago (their workers were killed) are cleared on the way.
+WITH previous AS (
+    SELECT until > clock_timestamp() AS live FROM idle_workers WHERE worker_id = %(worker_id)s
+), ran_out AS (
+    DELETE FROM idle_workers WHERE until < clock_timestamp() - interval '1 hour' AND worker_id <> %(worker_id)s
+), marked AS (
+    INSERT INTO idle_workers (worker_id, until)
+    VALUES (%(worker_id)s, clock_timestamp() + make_interval(secs => %(seconds)s))
+    ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until
+)
+SELECT coalesce((SELECT live FROM previous), false) AS was_live;
 
 -- name: worker_busy
 -- This worker has work again, or stops: its submissions need not notify on its account.

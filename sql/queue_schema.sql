@@ -48,13 +48,12 @@ CREATE UNLOGGED TABLE IF NOT EXISTS idle_workers (
 -- The first version of this table had no expiry (a `since` column instead of `until`).
 ALTER TABLE idle_workers DROP COLUMN IF EXISTS since,
     ADD COLUMN IF NOT EXISTS until timestamptz NOT NULL DEFAULT '-infinity';
--- The idle-mark gate: an inserting statement takes it shared (held to its commit), a worker's mark takes
--- it exclusively (sql/queue.sql, worker_idle). A mark therefore commits only after the inserts already
--- past their check have committed, so the claim the worker makes right after marking sees their jobs;
--- and an insert that reaches its check after the mark waits for the mark's commit and sees it.
+-- A submission that checks while a worker is becoming idle, and commits after that worker's claim made
+-- right after marking, notifies nobody and is found at the worker's next poll: wake is the fast path, the
+-- poll the guarantee. (A gate between marks and inserts would close that window, but a mark waiting on it
+-- queues every later insert behind any insert transaction left open.)
 CREATE OR REPLACE FUNCTION reliableq_notify_submitted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(hashtext('reliableq idle mark'));
     IF EXISTS (SELECT 1 FROM idle_workers WHERE until > now()) THEN
         PERFORM pg_notify('reliableq_jobs_submitted', '');
     END IF;

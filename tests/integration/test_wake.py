@@ -125,36 +125,17 @@ async def later_than(read, earlier) -> bool:
     return (await read()) > earlier
 
 
-async def test_a_mark_waits_for_inserts_in_flight_and_an_insert_waits_for_a_mark_in_flight(pool, databases):
-    """The gate between a mark and a submission's check, each interleaving forced. An insert that found
-    nobody idle and has not committed: the mark commits only after it does, so the claim a worker makes
-    right after marking finds its job. A mark that has not committed: an insert's check waits for it and
-    sees it, so that insert notifies."""
+async def test_a_mark_says_whether_it_was_live_so_a_worker_knows_when_to_claim_once_more(pool, databases):
+    """A new mark, or one renewed after it ran out, was not live: a submission meanwhile found nobody idle
+    and notified nobody, so the worker claims once more at once. A renewal in time was live."""
     queue = Queue(pool)
-    async with await psycopg.AsyncConnection.connect(databases.queue_url) as inserting, \
-            await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as watcher:
-        async def waiting_on_the_gate() -> bool:
-            row = await (await watcher.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")).fetchone()
-            return row[0] > 0
-
-        await inserting.execute("INSERT INTO jobs (payload, kind) VALUES ('{}', 'noop')")  # checked: nobody idle
-        marking = asyncio.create_task(queue.mark_idle("worker-1", seconds=60))
-        await wait_until(waiting_on_the_gate, 5, "the mark to wait for the insert in flight")
-        assert not marking.done()
-        await inserting.commit()
-        await asyncio.wait_for(marking, 5)
-        assert len(await queue.claim(10, "worker-1", 30.0)) == 1  # the claim right after the mark
-
-        await watcher.execute(f"LISTEN {CHANNEL}")
-        await queue.mark_busy("worker-1")
-        async with await psycopg.AsyncConnection.connect(databases.queue_url) as marking_conn:
-            await marking_conn.execute(sql.queries("queue")["worker_idle"], {"worker_id": "worker-2", "seconds": 60})
-            submitting = asyncio.create_task(queue.submit(NOOP))
-            await wait_until(waiting_on_the_gate, 5, "the insert's check to wait for the mark in flight")
-            await marking_conn.commit()
-        await asyncio.wait_for(submitting, 5)
-        assert [n.channel async for n in watcher.notifies(timeout=1.0)] == [CHANNEL]
+    assert await queue.mark_idle("worker-1", seconds=60) is False
+    assert await queue.mark_idle("worker-1", seconds=60) is True
+    async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
+        await conn.execute("UPDATE idle_workers SET until = now() - interval '1 s'")
+    assert await queue.mark_idle("worker-1", seconds=60) is False
+    await queue.mark_busy("worker-1")
+    assert await queue.mark_idle("worker-1", seconds=60) is False
 
 
 async def test_a_worker_is_marked_idle_only_while_it_finds_nothing(databases):
