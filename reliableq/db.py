@@ -208,25 +208,50 @@ def drop_database(admin_url: str, name: str) -> None:
 
 @contextmanager
 def scratch_databases(prefix: str = "rq_scratch", templates: Databases | None = None) -> Iterator[Databases]:
-    """A fresh, migrated queue database and charge database, dropped afterwards.
-
-    With `templates`, both are cloned from already-migrated databases (fast, for tests)."""
+    """A fresh, migrated queue database and charge database, dropped afterwards: both cloned from
+    `templates` if given, else from this server's migrated templates (made once, see migrated_template)."""
     admin_url = server_url()
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     names = (name, name + CHARGE_SUFFIX)
-    template_names = (
-        (database_name(templates.queue_url), database_name(templates.charge_url)) if templates else (None, None)
-    )
+    template_names = ((database_name(templates.queue_url), database_name(templates.charge_url)) if templates
+                      else (migrated_template(admin_url, "queue"), migrated_template(admin_url, "charge")))
     try:
         urls = [create_database(admin_url, n, t) for n, t in zip(names, template_names, strict=True)]
-        databases = Databases(queue_url=urls[0], charge_url=urls[1])
-        if templates is None:
-            apply_schema(databases.queue_url, "queue")
-            apply_schema(databases.charge_url, "charge")
-        yield databases
+        yield Databases(queue_url=urls[0], charge_url=urls[1])
     finally:
         for n in names:
             drop_database(admin_url, n)
+
+
+TEMPLATE_PREFIX = "rq_template_"
+_templates: dict[tuple[str, str], str] = {}
+
+
+def migrated_template(admin_url: str, database: str) -> str:
+    """The name of a database on the server at `admin_url` holding exactly the current schema of `database`
+    ('queue' or 'charge'), made once per schema text and kept: cloning it (FILE_COPY) costs half of
+    creating a database and applying the schema, and a check or a lab run makes many.
+
+    Named by the schema's digest, so a changed schema gets a template of its own. Built under another
+    name and renamed when complete, so a concurrent process never clones a half-built one (a rename to a
+    name that exists fails, and the loser drops its copy)."""
+    digest = hashlib.sha256(sql.schema(database).encode()).hexdigest()[:12]
+    name = f"{TEMPLATE_PREFIX}{database}_{digest}"
+    if (admin_url, name) in _templates:
+        return name
+    with connect(with_database(admin_url, "postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if not exists:
+        building = f"{name}_{uuid.uuid4().hex[:6]}"
+        apply_schema(create_database(admin_url, building), database)
+        with connect(with_database(admin_url, "postgres"), autocommit=True) as conn:
+            try:
+                conn.execute(pgsql.SQL("ALTER DATABASE {} RENAME TO {}").format(pgsql.Identifier(building),
+                                                                                 pgsql.Identifier(name)))
+            except psycopg.errors.DuplicateDatabase:
+                conn.execute(pgsql.SQL("DROP DATABASE {}").format(pgsql.Identifier(building)))
+    _templates[(admin_url, name)] = name
+    return name
 
 
 async def _check_unless_quiet(conn: psycopg.AsyncConnection) -> None:
