@@ -35,3 +35,19 @@ class Permits:
     def released(self) -> None:
         """One of the worker's jobs is done: its permit is free again."""
         self.in_flight -= 1
+
+
+class Unlimited:
+    """The semaphore off: every claim may take up to `claim_limit` jobs, whatever is in flight."""
+
+    def __init__(self, claim_limit: int) -> None:
+        self.claim_limit = claim_limit
+
+    def free(self) -> int:
+        return self.claim_limit
+
+    def taken(self, n: int) -> None:
+        pass
+
+    def released(self) -> None:
+        pass

@@ -32,7 +32,7 @@ from reliableq.group_commit import GroupCommitter
 from reliableq.handlers import HandlerRegistry, Outcome
 from reliableq.hooks import FaultHook, SimulatedCrash
 from reliableq.lease_keeper import LeaseKeeper, reraise_if_cancelled
-from reliableq.permits import ClaimPermits, Permits
+from reliableq.permits import ClaimPermits, Permits, Unlimited
 from reliableq.queue import Job, Queue
 from reliableq.wake import IdleMark, listen_for_submissions
 
@@ -86,7 +86,11 @@ class Worker:
         self.backoff = backoff or Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds,
                                           settings.backoff_seed)
         self.decide = decision or decide
-        self.permits = permits or Permits(settings.concurrency)
+        # With the semaphore off nothing bounds a claim, and the permits (a learner's, in the lab) are not
+        # asked at all: a Permits is only ever driven by its own contract, whatever else is switched off.
+        self.permits = ((permits or Permits(settings.concurrency)) if self.mechanisms.semaphore
+                        else Unlimited(settings.unbounded_claim_limit))
+        self._stalled = False
         self.stats = stats or WorkerStats()
         self._handlers: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
@@ -108,14 +112,10 @@ class Worker:
 
     @property
     def stalled(self) -> bool:
-        """Whether this worker can never claim again: no permit free and no job in flight to give one back
-        (a permit taken and never released)."""
-        return self.in_flight == 0 and self._claim_limit() <= 0
-
-    def _claim_limit(self) -> int:
-        if self.mechanisms.semaphore:
-            return self.permits.free()
-        return self.settings.unbounded_claim_limit
+        """Whether this worker can never claim again: its last decision found no permit free and no job in
+        flight to give one back (a permit taken and never released). Read from that decision, never by
+        asking free() again: free() is asked once per decision, by the loop."""
+        return self._stalled
 
     async def run(self) -> WorkerStats:
         """Claim and handle jobs until stopped or crashed; returns what this worker did."""
@@ -127,18 +127,20 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
-                could_claim = self._claim_limit() > 0
-                answer = await self._claim()
+                # One free() per decision, and taken(n) never for more than it said.
+                limit = self.permits.free()
+                self._stalled = limit <= 0 and self.in_flight == 0
+                answer = await self._claim(limit)
                 jobs = answer or []
                 if jobs:
                     self.permits.taken(len(jobs))
                 for job in jobs:
                     self._start(job)
                 # Only after an answered claim: in an outage a mark would wait out the pool's timeout too.
-                if (listener is not None and could_claim and answer is not None
+                if (listener is not None and limit > 0 and answer is not None
                         and await idle.after_claim(found_nothing=not jobs)):
                     continue  # just said it is idle: look once more before waiting
-                if not jobs or self._claim_limit() <= 0:
+                if not jobs or len(jobs) >= limit:
                     # Idle or full: wait for a poll tick, a submission, a finished handler, or a stop.
                     try:
                         await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
@@ -157,9 +159,9 @@ class Worker:
         log.info("worker %s stopped: %s", self.worker_id, self.stats.summary(), extra={"worker_id": self.worker_id})
         return self.stats
 
-    async def _claim(self) -> list[Job] | None:
-        """The jobs claimed (none without a free permit), or None when the database did not answer."""
-        limit = self._claim_limit()
+    async def _claim(self, limit: int) -> list[Job] | None:
+        """At most `limit` jobs claimed (none without a free permit), or None when the database did not
+        answer."""
         if limit <= 0:
             return []
         started = time.perf_counter()

@@ -1,6 +1,6 @@
 """The notebooks' ExercisePanel on real PostgreSQL: Check of the reference passes and shows the stage's run;
 Check of the starter fails with the checker's verdict; each is recorded in the workspace's progress. The
-reference's Check is also fencing's whole-checker pass (scenario, direct checks, earlier exercises, chaos)."""
+reference's Check is also fencing's whole-checker pass (forced schedules, scenario, earlier exercises, chaos)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ async def test_checking_the_reference_passes_and_the_starter_fails_through_the_p
     panel = ExercisePanel(fencing.EXERCISE, tmp_path, seeds=1)
     result = await panel.run()  # the starter, as the panel wrote it
     assert result.outcome is Outcome.FAILED
-    assert panel.output.outputs[0]["text"].startswith("✗ Broken: stage 05's paused worker")
+    assert panel.output.outputs[0]["text"].startswith("✗ Broken: ")  # a forced schedule, named
     assert panel.workspace.state(fencing.EXERCISE) == "failing" and panel.solution_button.disabled
 
     panel.path.write_text(fencing.REFERENCE)
     result = await panel.run()
     assert result.outcome is Outcome.PASSED, result.text()
     shown = panel.output.outputs
-    # The earlier stages' exercises run again between the direct checks and chaos, as the CLI runs them.
-    assert shown[0]["text"].startswith("✓ fencing passed: stage 05's scenario (seed 1), direct checks, ")
+    # The earlier stages' exercises run again between the stage's scenario and chaos, as the CLI runs them.
+    assert shown[0]["text"].startswith("✓ fencing passed: forced schedules, stage 05's scenario (seed 1), ")
     assert shown[0]["text"].rstrip().endswith("chaos seed 1.")
     assert shown[1]["text"].startswith("Stage 05 fencing")  # the run's summary, then its table and charts
     assert len(shown) > 2

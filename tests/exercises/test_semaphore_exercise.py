@@ -32,6 +32,18 @@ CLASS = "class Permits:\n    def __init__(self, limit):\n"
 COUNTDOWN = (CLASS + "        self.available = limit\n\n    def free(self):\n        return self.available\n\n"
              "    def taken(self, n):\n        self.available -= n\n\n"
              "    def released(self):\n        self.available += 1\n")
+# Right, and enforcing its own contract: taken(n) only for what the last free() offered, never a release
+# more than was taken. The worker must honour it whatever else is switched on or off.
+CONTRACT = (CLASS + "        self.limit, self.in_flight, self.offered = limit, 0, None\n\n"
+            "    def free(self):\n        self.offered = self.limit - self.in_flight\n        return self.offered\n\n"
+            "    def taken(self, n):\n        if self.offered is None or n > self.offered:\n"
+            "            raise RuntimeError(f'took {n}, offered {self.offered}')\n"
+            "        self.in_flight, self.offered = self.in_flight + n, None\n\n"
+            "    def released(self):\n        if self.in_flight <= 0:\n"
+            "            raise RuntimeError('released a permit never taken')\n        self.in_flight -= 1\n")
+ONE_SHORT = changed("return self.limit - self.in_flight", "return self.limit - self.in_flight - 1")
+# Right for the limits a stage uses (2, 4), wrong above 8.
+SMALL_ONLY = changed("return self.limit - self.in_flight", "return min(self.limit, 8) - self.in_flight")
 ONE_AT_A_TIME = (CLASS + "        self.limit, self.running = limit, []\n\n"
                  "    def free(self):\n        return 1 if len(self.running) < self.limit else 0\n\n"
                  "    def taken(self, n):\n        self.running.extend(range(n))\n\n"
@@ -47,7 +59,8 @@ def test_the_reference_is_the_shipped_permits():
     assert permits.Permits.free.__doc__ in REFERENCE and "self.in_flight -= 1" in REFERENCE
 
 
-@pytest.mark.parametrize("text", [REFERENCE, COUNTDOWN, ONE_AT_A_TIME])
+@pytest.mark.parametrize("text", [REFERENCE, COUNTDOWN, ONE_AT_A_TIME, CONTRACT],
+                         ids=["reference", "countdown", "one-at-a-time", "contract"])
 def test_right_answers_pass_the_direct_checks(text):
     assert broken(text) == []
 
@@ -58,7 +71,10 @@ def test_right_answers_pass_the_direct_checks(text):
     (ONE_PER_CLAIM, "free() never lets a worker have more than `limit` jobs in flight"),
     (NEVER_RELEASED, "a finished job gives its permit back"),
     (RELEASE_TAKES, "a finished job gives its permit back"),
-], ids=["starter", "off-by-one", "one-permit-per-claim", "never-released", "release-takes"])
+    (ONE_SHORT, "a finished job gives its permit back"),
+    (SMALL_ONLY, "while a permit is free, free() says so"),
+], ids=["starter", "off-by-one", "one-permit-per-claim", "never-released", "release-takes", "one-short",
+        "small-limits-only"])
 def test_wrong_answers_break_the_invariant_they_miss(text, invariant):
     assert broken(text)[0].startswith(invariant), broken(text)
 
@@ -83,37 +99,51 @@ def test_broken_code_is_said_at_the_learners_line_without_a_traceback(text, said
     assert said in str(raised.value) and "Traceback" not in str(raised.value)
 
 
-@pytest.mark.parametrize("text", [REFERENCE, ONE_AT_A_TIME], ids=["reference", "one-at-a-time"])
+@pytest.mark.parametrize("text", [ONE_AT_A_TIME, CONTRACT], ids=["one-at-a-time", "contract"])
 async def test_right_answers_pass_the_scenario_and_chaos(text):
     """One job in flight per worker leaves three jobs to meet chaos's outage: its bound is on each job's
-    requests, so so few jobs cannot break it by chance."""
+    requests, so so few jobs cannot break it by chance. The contract's own checks hold in the real worker:
+    one free() per decision, taken(n) never for more than it said."""
     result = await check(semaphore.EXERCISE, text, seed=1, seeds=1)
     assert result.outcome is Outcome.PASSED, result.text()
-    assert result.checked == ["stage 09's scenario (seed 1)", "direct checks", "chaos seed 1"]
+    assert result.checked == ["forced schedules", "stage 09's scenario (seed 1)", "chaos seed 1"]
+
+
+async def test_a_permits_that_enforces_its_contract_passes_the_earlier_stages_run_again():
+    """With the semaphore off (every earlier stage) the worker does not drive the permits at all, so a
+    Permits that raises on misuse is never misused there."""
+    from reliableq.lab.exercises import dead
+    result = await check(semaphore.EXERCISE, CONTRACT, seeds=0, earlier=[(dead.EXERCISE, dead.REFERENCE)])
+    assert result.outcome is Outcome.PASSED, result.text()
 
 
 async def test_the_starter_fails_on_the_stages_own_failure_and_says_how_to_replay_it():
     result = await check(semaphore.EXERCISE, semaphore.STARTER, seed=1, seeds=1)
     assert result.outcome is Outcome.FAILED
-    assert result.lines[0].startswith("✗ Broken: stage 09's burst: at most 2 jobs in flight")
-    assert "jobs in flight at the worker's peak 4, limit 2" in result.text()
+    assert result.lines[0].startswith("✗ Broken: free() never lets a worker have more than `limit` jobs in flight")
+    assert "limit 1, in flight 0, free() said 1000, right 1" in result.text()
     assert "Replay it: reliableq exercise check semaphore --seed 1 --seeds 1" in result.text()
 
 
+async def test_the_stage_shows_the_starters_overload_when_the_forced_schedules_pass():
+    """The stage's scenario on its own: the starter's worker has all four jobs in flight."""
+    check_, _ = await semaphore.scenario(semaphore.load(semaphore.STARTER), 1)
+    assert not check_.held and check_.name.startswith("stage 09's burst: at most 2 jobs in flight")
+    assert {"jobs in flight at the worker's peak": 4, "limit": 2} in check_.violations
+
+
 async def test_one_permit_too_many_fails_on_the_in_flight_peak():
-    result = await check(semaphore.EXERCISE, OFF_BY_ONE, seed=1, seeds=1)
-    assert result.outcome is Outcome.FAILED and result.checked == []
-    assert "jobs in flight at the worker's peak 3, limit 2" in result.text()
+    check_, _ = await semaphore.scenario(semaphore.load(OFF_BY_ONE), 1)
+    assert {"jobs in flight at the worker's peak": 3, "limit": 2} in check_.violations
 
 
 async def test_permits_never_released_name_the_jobs_that_never_ran_well_within_the_deadline():
     """The worker claims its two jobs and then never again: the stage stops waiting at once (no timeout),
     and the verdict names the jobs left behind."""
-    result = await check(semaphore.EXERCISE, NEVER_RELEASED, seed=1, seeds=1)
-    assert result.outcome is Outcome.FAILED and result.seconds < 15, result.text()
-    assert "the worker stopped claiming with no job in flight: 2 job(s) never ran" in result.lines[0]
-    assert "  job job-3, status PENDING, attempts 0" in result.lines
-    assert "  job job-4, status PENDING, attempts 0" in result.lines
+    check_, run = await semaphore.scenario(semaphore.load(NEVER_RELEASED), 1)
+    assert "the worker stopped claiming with no job in flight: 2 job(s) never ran" in check_.note
+    assert {"job": "job-3", "status": "PENDING", "attempts": 0} in check_.violations
+    assert {"job": "job-4", "status": "PENDING", "attempts": 0} in check_.violations
 
 
 async def test_a_check_of_semaphore_runs_the_dead_exercise_again_with_both_pieces_in_place():
@@ -123,4 +153,4 @@ async def test_a_check_of_semaphore_runs_the_dead_exercise_again_with_both_piece
     result = await check(semaphore.EXERCISE, REFERENCE, seeds=1, earlier=[(dead.EXERCISE, dead.STARTER)])
     assert result.outcome is Outcome.FAILED
     assert result.lines[0] == "✗ Regressed: exercise dead (stage 08) no longer holds with your new code."
-    assert result.checked == ["stage 09's scenario (seed 1)", "direct checks"]
+    assert result.checked == ["forced schedules", "stage 09's scenario (seed 1)"]

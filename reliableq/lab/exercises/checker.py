@@ -113,16 +113,20 @@ async def _stage_held(result: CheckResult, exercise: Exercise, pieces: Pieces, s
     """`exercise`'s scenario, then its direct checks, with `pieces`; whether all held. `regressed`: this is
     an earlier stage's exercise, run again to see that the new piece broke nothing of it."""
     failures_before = len(result.lines)
-    scenario, run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
-    if not regressed:
-        result.run = run
-    held = _held(result, scenario, replay)
-    if held and not regressed:
-        result.checked.append(f"stage {exercise.stage_number:02d}'s scenario (seed {seed})")
-    if held and exercise.direct is not None:
+    # The forced schedules first: each names the learner's mistake in the one interleaving that shows it,
+    # where the stage's scenario would show a symptom of it later.
+    held = True
+    if exercise.direct is not None:
         held = all(_held(result, one, replay) for one in await exercise.direct(pieces, seed))
         if held and not regressed:
-            result.checked.append("direct checks")
+            result.checked.append("forced schedules")
+    if held:
+        scenario, run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
+        if not regressed:
+            result.run = run
+        held = _held(result, scenario, replay)
+        if held and not regressed:
+            result.checked.append(f"stage {exercise.stage_number:02d}'s scenario (seed {seed})")
     if regressed:
         if held:
             result.checked.append(f"exercise {exercise.name} again (stage {exercise.stage_number:02d})")

@@ -20,8 +20,11 @@ from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 FILENAME = "semaphore.py"
 CLASS = "Permits"
 METHODS = ("free", "taken", "released")
-LIMITS = (1, 2, 4)  # the permits a direct check gives a worker
-STEPS = 200  # claims and finished jobs per limit, in a seeded order
+# The permits a direct check gives a worker: every small limit, where off-by-ones show, and a few large ones
+# (a worker accepts any limit of at least 1).
+SMALL_LIMITS = range(1, 33)
+LIMITS = (*SMALL_LIMITS, 64, 100, 1000)
+STEPS = 120  # decisions per life
 
 HEADER = '''"""Exercise 09, semaphore. Write Permits: how many jobs a worker may claim, given the jobs it has in flight.
 
@@ -113,34 +116,65 @@ class LearnerPermits:
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
-    """A worker's life replayed on the learner's permits, for a few limits: claims of as many jobs as
-    free() allows or fewer (fewer may be due), and jobs finishing, in a seeded order. After every step,
-    free() must not let in-flight work pass the limit, and with nothing in flight a permit must be free
-    (or the worker never claims again)."""
-    over, stalled = [], []
+    """A worker's life replayed on the learner's permits for every limit in LIMITS, driven exactly as the
+    worker drives them (one free() per decision, taken(n) never for more than it said, a released() per
+    finished job, jobs finishing between a free() and its taken() too): seeded random lives, and one where a
+    permit is held through the whole life while the others turn over. After every free(): never more than
+    the permits left, and never none while one is free (with nothing in flight that is a worker that never
+    claims again)."""
     rng = random.Random(seed)
+    over: list[dict] = []
+    stalled: list[dict] = []
+    idle: list[dict] = []
     for limit in LIMITS:
-        worker = pieces.permits(limit)
-        in_flight, claimed, done = 0, 0, 0
-        for _ in range(STEPS):
-            free = worker.free()
-            if in_flight + free > limit and not over:
-                over.append({"limit": limit, "in flight": in_flight, "free() said": free,
-                             "at most": limit - in_flight, "after": f"{claimed} claimed, {done} done"})
-            if in_flight == 0 and free <= 0:
-                stalled.append({"limit": limit, "in flight": 0, "free() said": free,
-                                "after": f"{claimed} claimed, {done} done"})
-                break
-            if free > 0 and in_flight < limit and (in_flight == 0 or rng.random() < 0.5):
-                n = rng.randint(1, min(free, limit - in_flight))  # never past the limit: over is judged above
-                worker.taken(n)
-                in_flight, claimed = in_flight + n, claimed + n
-            elif in_flight:
-                worker.released()
-                in_flight, done = in_flight - 1, done + 1
-    return [Check("free() never lets a worker have more than `limit` jobs in flight", over),
+        for life, held_through in (("random", False), ("one permit held throughout", True)):
+            said = _first_wrong_answer(pieces.permits(limit), limit, rng, held_through)
+            if said is None:
+                continue
+            in_flight, free, steps = said
+            row = {"limit": limit, "in flight": in_flight, "free() said": free, "right": limit - in_flight,
+                   "after": f"{steps} decisions ({life})"}
+            (over if free > limit - in_flight else stalled if in_flight == 0 else idle).append(row)
+    return [Check(f"free() never lets a worker have more than `limit` jobs in flight (limits {_limits()})", over[:5],
+                  note=f"{len(over)} lives broke it" if over else ""),
             Check("a finished job gives its permit back: with nothing in flight, a permit is free (or the worker "
-                  "never claims again)", stalled)]
+                  "never claims again)", stalled[:5], note=f"{len(stalled)} lives broke it" if stalled else ""),
+            Check("while a permit is free, free() says so (fewer than `limit` jobs in flight: at least 1), or "
+                  "the worker waits with capacity to spare", idle[:5],
+                  note=f"{len(idle)} lives broke it" if idle else "")]
+
+
+def _first_wrong_answer(permits: LearnerPermits, limit: int, rng: random.Random,
+                        held_through: bool) -> tuple[int, int, int] | None:
+    """Drive `permits` for STEPS decisions; the first free() answer out of (0, limit - in flight] (or not 0
+    when full) as (in flight, what free() said, decisions so far), or None if every answer was right."""
+    in_flight = 0
+    held = 1 if held_through else 0  # a job that never finishes: its permit stays taken
+    for step in range(STEPS):
+        free = permits.free()
+        left = limit - in_flight
+        if free > left or (left > 0 and free <= 0):
+            return in_flight, free, step
+        # Jobs may finish while the claim is on its way: before taken(), as in the worker.
+        in_flight -= _finish(permits, rng, in_flight - held)
+        n = rng.randint(1, free) if free > 0 and rng.random() < 0.8 else 0  # fewer may be due, or none
+        if n:
+            permits.taken(n)
+            in_flight += n
+        in_flight -= _finish(permits, rng, in_flight - held)
+    return None
+
+
+def _finish(permits: LearnerPermits, rng: random.Random, finishable: int) -> int:
+    """Some of the `finishable` jobs finish: released() for each; how many."""
+    n = rng.randint(0, finishable) if finishable > 0 and rng.random() < 0.5 else 0
+    for _ in range(n):
+        permits.released()
+    return n
+
+
+def _limits() -> str:
+    return f"1 to {max(SMALL_LIMITS)}, " + ", ".join(str(limit) for limit in LIMITS if limit > max(SMALL_LIMITS))
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
