@@ -34,12 +34,17 @@ HAVING count(*) > 1 OR min(a.attempt) < j.attempts
 ORDER BY j.id;
 
 -- name: job_invariant_reclaimed_early
--- Claims taken while the previous owner's lease was still running (two owners at once).
+-- Claims taken while the previous owner's lease was still running (two owners at once). The later claim is
+-- placed at the latest moment its decision can have been made: its row's recorded_at (the server's clock
+-- as it wrote the row) or its claimed_at, if later (a test's claim with an explicit %(now)s in the future).
+-- Its claimed_at alone is the start of its transaction: a claim reading clock_timestamp() may rightly take
+-- a lease that ran out after that start, and must not be judged by the earlier moment.
 SELECT a.job_id, a.attempt AS earlier_attempt, b.attempt AS later_attempt
 FROM job_attempts a
 JOIN job_attempts b ON b.job_id = a.job_id AND b.attempt = a.attempt + 1
-WHERE a.lease_expires_at IS NOT NULL AND b.claimed_at < a.lease_expires_at
-  AND (a.finished_at IS NULL OR a.finished_at > b.claimed_at OR a.outcome = 'expired')
+CROSS JOIN LATERAL (SELECT greatest(b.claimed_at, b.recorded_at) AS at) AS claimed
+WHERE a.lease_expires_at IS NOT NULL AND claimed.at < a.lease_expires_at
+  AND (a.finished_at IS NULL OR a.finished_at > claimed.at OR a.outcome = 'expired')
 ORDER BY a.job_id;
 
 -- name: job_ids

@@ -76,8 +76,13 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     -- succeeded | retried | dead: the finalize this attempt won;
     -- lost_<operation>: a fenced update that affected zero rows (a stale owner).
     outcome          text,
-    error            text
+    error            text,
+    -- The server's clock when the claim wrote this row: at or after the moment the claim found the job due,
+    -- whichever clock its query read (claimed_at is the claim's now(), the start of its transaction). The
+    -- lab judges "reclaimed while the lease still ran" by the later of the two (sql/lab_queue.sql).
+    recorded_at      timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+ALTER TABLE job_attempts ADD COLUMN IF NOT EXISTS recorded_at timestamptz NOT NULL DEFAULT clock_timestamp();
 CREATE INDEX IF NOT EXISTS job_attempts_job ON job_attempts (job_id, attempt);
 
 -- Lifecycle events that are not a claim: submission and operator replays.

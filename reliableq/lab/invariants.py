@@ -2,6 +2,16 @@
 
 Used by the chaos suite and the benchmark's correctness gate. Each check names the invariant in words
 a learner can repeat and lists the jobs that broke it; it reads, it never repairs.
+
+Clocks. Every time an invariant compares is PostgreSQL's, never a worker's. Where a right answer may read
+that clock at a different moment of one statement (now() is the start of the transaction,
+clock_timestamp() the moment of the row), an invariant judges a claim by the latest moment its decision
+can have been made, so a right answer is never rejected for its choice of clock: "reclaimed while its
+lease was still running" places a claim at its row's recorded_at (written with clock_timestamp()) or its
+claimed_at, whichever is later, against the earlier owner's expiry as last renewed. "Live leases never
+exceeded the fleet limit" counts at each claim's claimed_at the leases from claimed_at to their expiry or
+finish, all stamped by the shipped queries (the fleet limit is not an exercise). The outage bound counts
+requests inside the outage window the charge service recorded on its own clock.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -11,7 +12,8 @@ from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.lab import invariants
 from reliableq.lab.faults import Triggered
-from tests.conftest import stale_and_current
+from reliableq.queue import Queue
+from tests.conftest import stale_and_current, wait_until_lease_ran_out
 
 LEASE = 30.0
 
@@ -119,3 +121,55 @@ async def test_the_outage_bound_is_per_job_so_few_jobs_cannot_break_it_by_chance
     check = await invariants.outage_check(databases)
     assert check.violations == [{"job_id": hammering, "requests": 19}]
     assert check.note == f"{3 * (limit - 1) + 19 + 20} requests from 24 jobs, at most 19 from one"
+
+
+class _HeldTransaction:
+    """A pool of one connection outside autocommit: a claim run on it belongs to a transaction the test
+    began earlier, so the claim's now() is that earlier moment."""
+
+    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+        self.conn = conn
+
+    @asynccontextmanager
+    async def connection(self):
+        yield self.conn
+
+
+def _claim_reclaiming(condition: str) -> dict[str, str]:
+    """The shipped claim with its reclaim of an expired lease judged by `condition` instead."""
+    shipped = sql.queries("queue")["job_claim_due_skip_locked"]
+    expired = "lease_expires_at <= coalesce(%(now)s::timestamptz, now())\n"
+    assert shipped.count(expired) == 1
+    return {"job_claim_due_skip_locked": shipped.replace(expired, condition + "\n")}
+
+
+async def _reclaimed_early(databases) -> bool:
+    return "no job was reclaimed while its lease was still running" in broken(
+        await invariants.check_stored(databases))
+
+
+async def test_a_reclaim_on_clock_timestamp_after_its_transaction_began_is_not_early(pool, submission, databases):
+    """The reclaim reads clock_timestamp(): the lease ran out after its transaction began (its now(), the
+    claimed_at it stamps) and before it found the job due. Judged by claimed_at alone it would be early."""
+    queue = Queue(pool, Mechanisms())
+    await queue.submit(submission())
+    (first,) = await queue.claim(1, "w1", lease_seconds=0.3)
+    async with await psycopg.AsyncConnection.connect(databases.queue_url) as conn:
+        await conn.execute("SELECT now()")  # the transaction, and its now(), begin while the lease runs
+        await wait_until_lease_ran_out(queue, first)
+        held = Queue(_HeldTransaction(conn), Mechanisms(),
+                     replaced_queries=_claim_reclaiming("lease_expires_at <= clock_timestamp()"))
+        (again,) = await held.claim(1, "w2", LEASE)
+        await conn.commit()
+    assert again.id == first.id and again.updated_at < first.lease_expires_at  # stamped with the earlier now()
+    assert not await _reclaimed_early(databases)
+
+
+async def test_a_reclaim_of_a_live_lease_is_caught(pool, submission, databases):
+    queue = Queue(pool, Mechanisms())
+    await queue.submit(submission())
+    (first,) = await queue.claim(1, "w1", LEASE)
+    loose = Queue(pool, Mechanisms(), replaced_queries=_claim_reclaiming("true"))
+    (again,) = await loose.claim(1, "w2", LEASE)
+    assert again.id == first.id
+    assert await _reclaimed_early(databases)
