@@ -1,0 +1,277 @@
+"""The checker's mutation score: mutants of each exercise's reference, each graded by the real checker.
+
+A mutant is the reference with one plausible mistake in it (mutants_sql.py edits PostgreSQL's syntax
+tree, mutants_python.py Python's). The checker grades it as a learner's file: its deterministic part
+only (the forced schedules and the stage's scenario, seed 1, no chaos: a mistake must be caught by what
+is forced, not by chaos luck; no earlier exercises, which grade other code). Each mutant is then:
+
+    rejected    the checker failed it
+    refused     the checker would not use it, saying why ("could not be used")
+    equivalent  it passed, and EQUIVALENT says why it behaves as the reference does; a differential run
+                of mutant and reference (the whole input domain of a pure piece, the forced schedules
+                of SQL) must agree, or it counts as survived
+    survived    it passed and nothing says why: a false accept waiting for a learner
+    crashed     the checker raised instead of giving a verdict (a learner would see a traceback)
+
+What this does not guarantee: that the operators make every mistake a learner can; a score says how
+much of what they make the checker catches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from itertools import product
+
+from reliableq.config import WorkerSettings
+from reliableq.finalize_decision import DECISIONS
+from reliableq.lab.exercises import EXERCISES, commit_before_ack, dead
+from reliableq.lab.exercises.checker import CheckResult, Outcome, check
+from reliableq.lab.exercises.exercise import Exercise
+from reliableq.lab.exercises.learner_code import LearnerError
+
+SQL_EXERCISES = ("skip-locked", "leases", "fencing", "idempotency")
+ANSWERS = {"dead": DECISIONS}  # the strings a Python exercise's function may return, swapped for one another
+CHECK_SEED = 1
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One edit an operator found in a tree, not yet made."""
+    operator: str
+    description: str
+    apply: Callable[[], None]  # makes it, in place, in the tree it was found in
+
+
+@dataclass(frozen=True)
+class Mutant:
+    operator: str
+    description: str  # unique within its exercise: the key of EQUIVALENT
+    text: str  # the whole file, as a learner would have written it
+
+
+def mutants_of(exercise: Exercise) -> tuple[str, list[Mutant]]:
+    """The baseline (the reference as the operators print it, so that each mutant differs from it by one
+    edit) and every mutant of `exercise`'s reference, in a fixed order."""
+    # Imported here: the operators' modules import Edit and Mutant from this one.
+    from reliableq.lab.exercises import mutants_python, mutants_sql
+    if exercise.name in SQL_EXERCISES:
+        return mutants_sql.mutants(exercise.reference)
+    return mutants_python.mutants(exercise.reference, ANSWERS.get(exercise.name, ()))
+
+
+def sample(mutants: list[Mutant], n: int | None, seed: int, exercise: str) -> list[Mutant]:
+    """`n` of `mutants`, the same ones for the same seed, in their own order; all of them if n is None."""
+    if n is None or n >= len(mutants):
+        return mutants
+    rng = random.Random(f"{seed}:{exercise}")
+    return [mutants[i] for i in sorted(rng.sample(range(len(mutants)), n))]
+
+
+# -- equivalent mutants, reviewed ---------------------------------------------------------------------
+
+# exercise -> mutant description -> why it behaves as the reference does. A survivor listed here is
+# still run against the reference (differential below); a difference makes it a survivor again.
+EQUIVALENT: dict[str, dict[str, str]] = {}
+
+
+async def _differential_python(exercise: Exercise, reference: str, mutant: str) -> str | None:
+    """The first input on which the mutant's answer differs from the reference's, over the piece's whole
+    input domain as the system calls it; None if there is none."""
+    def answers(text: str) -> list:
+        pieces = exercise.load(text)
+        if exercise.name == "dead":
+            return [_outcome(pieces.decision, kind, attempts, budget) for kind in dead.KINDS
+                    for budget in range(1, 101) for attempts in range(1, budget + 2)]  # the API's budgets
+        if exercise.name == "backoff":
+            return [_outcome(pieces.retry_delays(WorkerSettings(backoff_base_seconds=base, backoff_max_seconds=cap,
+                                                                 backoff_seed=0)).delay, attempt, "job")
+                    for base, cap in product((0.001, 0.05, 0.5, 1.0, 30.0), (0.01, 1.0, 60.0, 3600.0))
+                    for attempt in (*range(1, 201), 1_000, 10_000, 10**6)]
+        if exercise.name == "semaphore":
+            return [_permits_life(pieces.permits, limit, steps) for limit in range(1, 5)
+                    for steps in product(("free", "taken 1", "taken 2", "released"), repeat=5)]
+        raise ValueError(f"no input domain for {exercise.name}")
+
+    if exercise.name == "commit-before-ack":
+        return await _differential_accept(reference, mutant)
+    for n, (right, yours) in enumerate(zip(answers(reference), answers(mutant), strict=True)):
+        if right != yours:
+            return f"input #{n}: the reference {right}, the mutant {yours}"
+    return None
+
+
+def _outcome(function: Callable, *args: object) -> object:
+    try:
+        return function(*args)
+    except (LearnerError, ArithmeticError) as error:
+        return f"raised {type(error).__name__}"
+
+
+def _permits_life(make: Callable, limit: int, steps: tuple[str, ...]) -> list[object]:
+    """What free() says after each step of a worker's life (claims of 1 or 2, releases) on fresh permits."""
+    permits, said = _outcome(make, limit), []
+    for step in steps:
+        if step == "free":
+            said.append(_outcome(permits.free))
+        elif step == "released":
+            _outcome(permits.released)
+        else:
+            _outcome(permits.taken, int(step.split()[1]))
+    return said
+
+
+async def _differential_accept(reference: str, mutant: str) -> str | None:
+    """accept's whole domain: a store that commits, and one that fails; what it did in each, recorded."""
+    for store_fails in (False, True):
+        right, yours = [await commit_before_ack.trial(commit_before_ack.load(text).submission_order, store_fails)
+                        for text in (reference, mutant)]
+        if replace(right, waiting_at=None) != replace(yours, waiting_at=None):
+            return f"store {'failing' if store_fails else 'committing'}: the reference {right}, the mutant {yours}"
+    return None
+
+
+async def _differential_sql(exercise: Exercise, reference: str, mutant: str) -> str | None:
+    """The exercise's forced schedules run on both: every check must say the same."""
+    said = [[(one.name, one.held, one.violations) for one in await exercise.direct(exercise.load(text), CHECK_SEED)]
+            for text in (reference, mutant)]
+    for right, yours in zip(*said, strict=True):
+        if right != yours:
+            return f"{right[0]}: the reference {right[1:]}, the mutant {yours[1:]}"
+    return None
+
+
+async def differential(exercise: Exercise, reference: str, mutant: str) -> str | None:
+    if exercise.name in SQL_EXERCISES:
+        return await _differential_sql(exercise, reference, mutant)
+    return await _differential_python(exercise, reference, mutant)
+
+
+# -- the run --------------------------------------------------------------------------------------------
+
+
+class Fate(Enum):
+    REJECTED = "rejected"
+    REFUSED = "refused"
+    EQUIVALENT = "equivalent"
+    SURVIVED = "survived"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class Judged:
+    mutant: Mutant
+    fate: Fate
+    said: str  # the checker's first line, the crash, the equivalence reason or why it is not one
+
+
+Checker = Callable[..., Awaitable[CheckResult]]
+
+
+async def judge(exercise: Exercise, mutant: Mutant, baseline: str, checker: Checker = check,
+                equivalent: dict[str, dict[str, str]] = EQUIVALENT) -> Judged:
+    try:
+        result = await checker(exercise, mutant.text, seed=CHECK_SEED, seeds=0, earlier=())
+    except Exception as error:  # noqa: BLE001  (a checker that raises is what this reports)
+        return Judged(mutant, Fate.CRASHED, f"{type(error).__name__}: {str(error).splitlines()[0]}")
+    first = result.lines[0] if result.lines else ""
+    if result.outcome is Outcome.FAILED:
+        refused = any(line.startswith("✗ Your code could not be used") for line in result.lines)
+        return Judged(mutant, Fate.REFUSED if refused else Fate.REJECTED, first)
+    if result.outcome is Outcome.COULD_NOT_RUN:
+        return Judged(mutant, Fate.CRASHED, first)
+    reason = equivalent.get(exercise.name, {}).get(mutant.description)
+    if reason is None:
+        return Judged(mutant, Fate.SURVIVED, "passed, and no reason it is equivalent is listed")
+    differs = await differential(exercise, baseline, mutant.text)
+    if differs:
+        return Judged(mutant, Fate.SURVIVED, f"listed as equivalent, but differs from the reference: {differs}")
+    return Judged(mutant, Fate.EQUIVALENT, reason)
+
+
+@dataclass
+class ExerciseScore:
+    exercise: str
+    baseline: str
+    judged: list[Judged] = field(default_factory=list)
+    baseline_failed: str = ""  # the baseline itself did not pass: nothing measured
+
+    def count(self, fate: Fate) -> int:
+        return sum(j.fate is fate for j in self.judged)
+
+
+async def score(exercise: Exercise, sample_size: int | None = None, seed: int = 0, checker: Checker = check,
+                equivalent: dict[str, dict[str, str]] = EQUIVALENT,
+                progress: Callable[[str], None] = lambda line: None) -> ExerciseScore:
+    """Every mutant of `exercise` (or a seeded sample of `sample_size`) judged, after the baseline passed."""
+    baseline, mutants = mutants_of(exercise)
+    chosen = sample(mutants, sample_size, seed, exercise.name)
+    result = ExerciseScore(exercise.name, baseline)
+    progress(f"{exercise.name}: the baseline, then {len(chosen)} of {len(mutants)} mutants")
+    checked = await checker(exercise, baseline, seed=CHECK_SEED, seeds=0, earlier=())
+    if checked.outcome is not Outcome.PASSED:
+        result.baseline_failed = checked.text()
+        return result
+    for mutant in chosen:
+        result.judged.append(await judge(exercise, mutant, baseline, checker, equivalent))
+    return result
+
+
+FATES = tuple(Fate)
+
+
+def report(scores: Sequence[ExerciseScore], seconds: float) -> list[str]:
+    """The table per exercise, the fates per operator, then every survivor and crash with its diff."""
+    width = max(len(name) for name in [*EXERCISES, "exercise"])
+    header = f"{'exercise':<{width}} {'mutants':>8}" + "".join(f" {fate.value:>10}" for fate in FATES)
+    lines = [header]
+    for s in scores:
+        lines.append(f"{s.exercise:<{width}} {len(s.judged):>8}" + "".join(f" {s.count(f):>10}" for f in FATES)
+                     + (" (the baseline failed: nothing measured)" if s.baseline_failed else ""))
+    judged = [j for s in scores for j in s.judged]
+    lines.append(f"{'all':<{width}} {len(judged):>8}"
+                 + "".join(f" {sum(j.fate is f for j in judged):>10}" for f in FATES))
+    lines += ["", f"{'operator':<{width}} {'mutants':>8}" + "".join(f" {fate.value:>10}" for fate in FATES)]
+    by_operator = Counter((j.mutant.operator, j.fate) for j in judged)
+    for operator in sorted({j.mutant.operator for j in judged}):
+        total = sum(n for (o, _), n in by_operator.items() if o == operator)
+        lines.append(f"{operator:<{width}} {total:>8}" + "".join(f" {by_operator[operator, f]:>10}" for f in FATES))
+    lines.append(f"({seconds:.0f} s)")
+    for s in scores:
+        if s.baseline_failed:
+            lines += ["", f"{s.exercise}: the baseline (the reference as the operators print it) failed:",
+                      *("  " + line for line in s.baseline_failed.splitlines())]
+        for j in s.judged:
+            if j.fate in (Fate.SURVIVED, Fate.CRASHED):
+                lines += ["", f"{j.fate.value.upper()} {s.exercise}: {j.mutant.description}", f"  {j.said}",
+                          *_diff(s.baseline, j.mutant.text)]
+    return lines
+
+
+def _diff(baseline: str, text: str) -> list[str]:
+    return [line.rstrip("\n") for line in difflib.unified_diff(baseline.splitlines(True), text.splitlines(True),
+                                                                "reference", "mutant", n=1)]
+
+
+def failed(scores: Iterable[ExerciseScore]) -> bool:
+    """Whether the run shows the checker wrong: a survivor, a crash, or a baseline that did not pass."""
+    return any(s.baseline_failed or s.count(Fate.SURVIVED) or s.count(Fate.CRASHED) for s in scores)
+
+
+async def run(names: Sequence[str], sample_size: int | None = None, seed: int = 0,
+              progress: Callable[[str], None] = lambda line: None) -> tuple[list[str], bool]:
+    """The report of `names`' mutants and whether it shows the checker wrong."""
+    began = time.monotonic()
+    scores = [await score(EXERCISES[name], sample_size, seed, progress=progress) for name in names]
+    return report(scores, time.monotonic() - began), failed(scores)
+
+
+def main(names: Sequence[str], sample_size: int | None, seed: int,
+         progress: Callable[[str], None] = lambda line: None) -> tuple[list[str], bool]:
+    return asyncio.run(run(names, sample_size, seed, progress))
