@@ -1,21 +1,27 @@
-"""`reliableq exercise`: list, start, check, hint, solution, reset. Every verb takes --workspace DIR.
+"""`reliableq exercise`: list, start, check, hint, solution, reset, and mutants (the checker graded by
+mutants of each reference). Every learner's verb takes --workspace DIR.
 
 Exit codes of `check`: 0 passed, 1 failed, 2 could not run (or a usage error); the same checker as the
-notebooks' Check button (reliableq/lab/exercises/checker.py)."""
+notebooks' Check button (reliableq/lab/exercises/checker.py). Of `mutants`: 0 every mutant rejected,
+refused or shown equivalent, 1 otherwise (reliableq/lab/exercises/mutants.py)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 from reliableq.cli.arguments import UsageError
 from reliableq.lab import exercises
+from reliableq.lab.exercises import mutants
 from reliableq.lab.exercises.checker import check
 from reliableq.lab.exercises.workspace import Workspace
 
 
 def cmd_exercise(args: argparse.Namespace) -> int:
+    if args.action == "mutants":
+        return _mutants(args)
     workspace = Workspace(Path(args.workspace))
     if args.action == "list":
         width = max(len(exercise.name) for exercise in exercises.EXERCISES.values())
@@ -53,6 +59,14 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     if result.outcome.exit_code < 2:
         workspace.record(exercise, state="passed" if result.outcome.exit_code == 0 else "failing")
     return result.outcome.exit_code
+
+
+def _mutants(args: argparse.Namespace) -> int:
+    names = [_exercise(args.name).name] if args.name else list(exercises.EXERCISES)
+    lines, wrong = mutants.main(names, args.sample, args.seed,
+                                progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print("\n".join(lines))
+    return 1 if wrong else 0
 
 
 def _exercise(name: str | None) -> exercises.Exercise:

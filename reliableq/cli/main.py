@@ -191,11 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_chaos)
 
     p = sub.add_parser("exercise", help="write a mechanism yourself; the lab's checker grades it")
-    p.add_argument("action", choices=["list", "start", "check", "hint", "solution", "reset"])
-    p.add_argument("name", nargs="?", help="the exercise (see: reliableq exercise list)")
+    p.add_argument("action", choices=["list", "start", "check", "hint", "solution", "reset", "mutants"])
+    p.add_argument("name", nargs="?", help="the exercise (see: reliableq exercise list); mutants: all if none")
     p.add_argument("--workspace", default="workspace", help="your exercise files and progress (default: ./workspace)")
-    p.add_argument("--seed", type=int, default=1, help="check: the seed of the scenario and the first chaos run")
+    p.add_argument("--seed", type=int, default=1, help="check: the seed of the scenario and the first chaos run; "
+                                                       "mutants: the seed of --sample")
     p.add_argument("--seeds", type=positive_int, default=DEFAULT_SEEDS, help="check: how many seeded chaos runs")
+    p.add_argument("--sample", type=positive_int, metavar="N",
+                   help="mutants: grade a seeded sample of N mutants per exercise (default: every mutant)")
     p.add_argument("--give-up", action="store_true", help="solution: show it before a pass")
     p.set_defaults(run=cmd_exercise)
 
