@@ -293,10 +293,13 @@ class Worker:
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
     async def _finalize_as_classified(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
-        decision = self.decide(outcome.kind, job.attempts, job.max_attempts)
+        # With DEAD off nothing is ever given up on, and the decision (a learner's, in the lab) is not asked:
+        # a piece is in play only with its mechanism on.
+        decision = (self.decide(outcome.kind, job.attempts, job.max_attempts) if self.mechanisms.dead
+                    else "succeed" if outcome.kind == "ok" else "retry")
         if decision == "succeed":
             return "succeed", await self.successes.submit(job)
-        if decision == "dead" and self.mechanisms.dead:  # with DEAD off, nothing is ever given up on
+        if decision == "dead":
             error = (f"permanent failure: {outcome.detail}" if outcome.kind == "permanent" else
                      f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}")
             return "dead", await self.queue.dead(job, error)

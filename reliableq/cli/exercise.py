@@ -53,7 +53,8 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     if text is None:
         raise UsageError(f"no {workspace.path(exercise)} yet: reliableq exercise start {exercise.name}")
     earlier = exercises.earlier_code(exercise, workspace)
-    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=args.seeds, earlier=earlier))
+    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=args.seeds, earlier=earlier,
+                               progress=lambda step: print(f"… {step}", flush=True)))
     print(result.text())
     print(f"({result.seconds:.0f} s)")
     if result.outcome.exit_code < 2:

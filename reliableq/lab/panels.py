@@ -151,9 +151,10 @@ class RunPanel(Pictured):
     async def _tick(self, what: str, watch: Watch, began: float) -> None:
         while True:
             now = time.monotonic()
+            step = f"; {watch.step}" if watch.step else ""
             waiting = (f"; waiting for {watch.what} ({now - watch.since:.0f} s of at most {watch.timeout:g} s)"
                        if watch.what else "")
-            self.status.value = _line("⏳", f"running {what}: {now - began:.0f} s{waiting}")
+            self.status.value = _line("⏳", f"running {what}: {now - began:.0f} s{step}{waiting}")
             await asyncio.sleep(TICK_SECONDS)
 
 

@@ -27,6 +27,7 @@ class Watch:
     what: str | None = None
     since: float = 0.0
     timeout: float = 0.0
+    step: str | None = None  # the step of a run made of several ("step 4/9: chaos seed 1")
 
 
 _watch: contextvars.ContextVar[Watch | None] = contextvars.ContextVar("reliableq_watch", default=None)
@@ -37,6 +38,13 @@ def watching(watch: Watch) -> contextvars.Context:
     context = contextvars.copy_context()
     context.run(_watch.set, watch)
     return context
+
+
+def report_step(step: str) -> None:
+    """Say, to a watched run's Watch if there is one, which step of a longer run has begun."""
+    watch = _watch.get()
+    if watch is not None:
+        watch.step = step
 
 
 async def wait_until(condition: Callable[[], Value | Awaitable[Value]], timeout: float, what: str,

@@ -146,11 +146,29 @@ async def test_permits_never_released_name_the_jobs_that_never_ran_well_within_t
     assert {"job": "job-4", "status": "PENDING", "attempts": 0} in check_.violations
 
 
-async def test_a_check_of_semaphore_runs_the_dead_exercise_again_with_both_pieces_in_place():
-    """The learner's decision and permits reach the same workers: with dead's starter beside the reference
-    permits, dead's own scenario (run again) names the regression."""
+def test_only_the_earlier_exercises_whose_stages_run_a_changed_piece_are_run_again():
+    """The permits are asked only with the semaphore on (stage 09), so no earlier stage sees them; a
+    learner's passed fencing runs in every stage that finalizes a job, so the stages before it run again
+    when a later check brings it; a reference is graded with every stage by the lab's own tests."""
+    from reliableq.lab import exercises
+    from reliableq.lab.exercises.checker import _may_have_changed
+
+    def again(earlier_code):
+        earlier = [(before, earlier_code(before)) for before in exercises.EXERCISES.values()
+                   if before.stage_number < semaphore.EXERCISE.stage_number]
+        return [before.name for before, _ in earlier if _may_have_changed(before, semaphore.EXERCISE, earlier)]
+    assert again(lambda before: before.reference) == []
+    assert again(lambda before: "mine" if before.name == "fencing" else before.reference) == [
+        "commit-before-ack", "skip-locked", "leases"]
+    assert again(lambda before: "mine" if before.name == "dead" else before.reference) == []
+
+
+async def test_a_check_says_which_earlier_exercises_it_did_not_run_again_and_each_step_as_it_begins():
     from reliableq.lab.exercises import dead
-    result = await check(semaphore.EXERCISE, REFERENCE, seeds=1, earlier=[(dead.EXERCISE, dead.STARTER)])
-    assert result.outcome is Outcome.FAILED
-    assert result.lines[0] == "✗ Regressed: exercise dead (stage 08) no longer holds with your new code."
-    assert result.checked == ["forced schedules", "stage 09's scenario (seed 1)"]
+    steps = []
+    result = await check(semaphore.EXERCISE, REFERENCE, seeds=0, earlier=[(dead.EXERCISE, dead.REFERENCE)],
+                         progress=steps.append)
+    assert result.outcome is Outcome.PASSED, result.text()
+    assert steps == ["step 1/2: forced schedules", "step 2/2: stage 09's scenario (seed 1)"]
+    assert result.lines[-1] == ("  Not run again, as nothing that may have changed since they passed runs in "
+                                "their stages: dead.")

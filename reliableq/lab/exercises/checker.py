@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import partial
 
 import psycopg
 
 from reliableq import db
+from reliableq.config import Mechanisms
 from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
-from reliableq.lab.exercises.exercise import Exercise
+from reliableq.lab.exercises.exercise import Exercise, in_play
 from reliableq.lab.exercises.learner_code import LearnerError
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioResult
+from reliableq.lab.waiting import report_step
 
 # A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it.
 CHAOS = ChaosConfig(jobs=40, lease_seconds=0.5, settle_seconds=30.0)
@@ -58,44 +61,47 @@ class CheckResult:
 
 
 async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAULT_SEEDS,
-                earlier: Sequence[tuple[Exercise, str]] = ()) -> CheckResult:
+                earlier: Sequence[tuple[Exercise, str]] = (),
+                progress: Callable[[str], None] | None = None) -> CheckResult:
     """Grade `text`, the learner's file for `exercise`. `earlier`: the exercises of earlier stages with the
     code to run for each (the learner's passed solution, or the reference); their pieces run beside this
-    one everywhere, and each one's own scenario and direct checks run again, so a regression is named."""
+    one everywhere, and each one whose stage runs a piece that may have changed since it passed has its
+    forced schedules and scenario run again, so a regression is named. `progress` is told each step as it
+    begins ("step 4/9: chaos seed 1"), and so is the status line of a watched run (a panel's)."""
     began = time.monotonic()
     result = CheckResult(exercise.name, Outcome.FAILED)
     replay = _replay(exercise, seed)
+    step = "loading your code"
     try:
         pieces = exercise.load(text)
         # Latest stage first: where two exercises replace the same query (03 and 04 both write the claim),
         # the later stage's version is the one that runs.
         for before, code in reversed(earlier):
             pieces = pieces.beside(before.load(code))
-        if not await _stage_held(result, exercise, pieces, seed, replay):
-            return _done(result, began)
-        for before, _ in earlier:
-            if not await _stage_held(result, before, pieces, seed, replay, regressed=True):
+        again = [before for before, _ in earlier if _may_have_changed(before, exercise, earlier)]
+        plan: list[tuple[str, Callable[[], Awaitable[bool]]]] = []
+        if exercise.direct is not None:
+            plan.append(("forced schedules", partial(_direct_held, result, exercise, pieces, seed, replay)))
+        plan.append((f"stage {exercise.stage_number:02d}'s scenario (seed {seed})",
+                     partial(_scenario_held, result, exercise, pieces, seed, replay)))
+        plan += [(f"exercise {before.name} again (stage {before.stage_number:02d})",
+                  partial(_held_again, result, before, pieces, seed, replay)) for before in again]
+        plan += [(f"chaos seed {chaos_seed}", partial(_chaos_held, result, exercise, pieces, chaos_seed, earlier))
+                 for chaos_seed in range(seed, seed + seeds)]
+        for number, (step, run) in enumerate(plan, 1):
+            said = f"step {number}/{len(plan)}: {step}"
+            report_step(said)
+            if progress is not None:
+                progress(said)
+            if not await run():
                 return _done(result, began)
-        for chaos_seed in range(seed, seed + seeds):
-            config = replace(CHAOS, seed=chaos_seed, pieces=pieces)
-            try:
-                report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
-            except RuntimeError as error:  # the run could not go on: the API refused a submission (500)
-                # A learner's accept that raised inside the API recorded where: say that line instead.
-                for learner_error in getattr(pieces.submission_order, "errors", ()):
-                    raise learner_error from None
-                result.lines += [f"✗ Broken under chaos (seed {chaos_seed}): {str(error).splitlines()[0]}",
-                                 f"  Replay it: {_replay(exercise, chaos_seed)}"]
-                return _done(result, began)
-            if not report.ok:
-                result.lines += _chaos_failure(exercise, report)
-                return _done(result, began)
-            result.checked.append(f"chaos seed {chaos_seed}")
+            result.checked.append(step)
     except LearnerError as error:
-        result.lines.append(f"✗ Your code could not be used: {error}")
+        during = f" (while {step} ran)" if step.startswith("exercise ") else ""
+        result.lines.append(f"✗ Your code could not be used{during}: {error}")
         return _done(result, began)
     except TimeoutError as error:
-        result.lines += [f"✗ The run did not finish: {error or 'it passed the deadline'}. "
+        result.lines += [f"✗ The run did not finish ({step}): {error or 'it passed the deadline'}. "
                          "A loop that never ends, or a statement that waits for a lock, looks like this.",
                          f"  Replay it: {replay}"]
         return _done(result, began)
@@ -105,35 +111,71 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
         return _done(result, began)
     result.outcome = Outcome.PASSED
     result.lines.append(f"✓ {exercise.name} passed: {', '.join(result.checked)}.")
+    skipped = [before.name for before, _ in earlier if before not in again]
+    if skipped:
+        result.lines.append(f"  Not run again, as nothing that may have changed since they passed runs in their "
+                            f"stages: {', '.join(skipped)}.")
     return _done(result, began)
 
 
-async def _stage_held(result: CheckResult, exercise: Exercise, pieces: Pieces, seed: int, replay: str,
-                      regressed: bool = False) -> bool:
-    """`exercise`'s scenario, then its direct checks, with `pieces`; whether all held. `regressed`: this is
-    an earlier stage's exercise, run again to see that the new piece broke nothing of it."""
+def _may_have_changed(before: Exercise, exercise: Exercise, earlier: Sequence[tuple[Exercise, str]]) -> bool:
+    """Whether `before`'s stage runs a piece that may have changed since `before` was graded: the piece
+    being checked, or a later exercise's learner code (a reference is graded with every stage by the lab's
+    own tests). Nothing else can change what `before`'s forced schedules and scenario see."""
+    stage_mechanisms = Mechanisms.up_to(before.name.replace("-", "_"))
+    later = [exercise] + [other for other, code in earlier
+                          if other.stage_number > before.stage_number and code != other.reference]
+    return any(in_play(other, stage_mechanisms) for other in later)
+
+
+async def _direct_held(result: CheckResult, exercise: Exercise, pieces: Pieces, seed: int, replay: str) -> bool:
+    # A list, not a generator: every forced schedule's verdict is said, each naming its own mistake.
+    return all([_held(result, one, replay) for one in await exercise.direct(pieces, seed)])
+
+
+async def _scenario_held(result: CheckResult, exercise: Exercise, pieces: Pieces, seed: int, replay: str,
+                         shown: bool = True) -> bool:
+    scenario, run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
+    if shown:
+        result.run = run
+    return _held(result, scenario, replay)
+
+
+async def _held_again(result: CheckResult, before: Exercise, pieces: Pieces, seed: int, replay: str) -> bool:
+    """An earlier stage's exercise run again with every piece in place: its forced schedules, then its
+    scenario; if either breaks, named as that exercise's regression."""
     failures_before = len(result.lines)
-    # The forced schedules first: each names the learner's mistake in the one interleaving that shows it,
-    # where the stage's scenario would show a symptom of it later.
-    held = True
-    if exercise.direct is not None:
-        held = all(_held(result, one, replay) for one in await exercise.direct(pieces, seed))
-        if held and not regressed:
-            result.checked.append("forced schedules")
-    if held:
-        scenario, run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
-        if not regressed:
-            result.run = run
-        held = _held(result, scenario, replay)
-        if held and not regressed:
-            result.checked.append(f"stage {exercise.stage_number:02d}'s scenario (seed {seed})")
-    if regressed:
-        if held:
-            result.checked.append(f"exercise {exercise.name} again (stage {exercise.stage_number:02d})")
-        else:
-            result.lines.insert(failures_before, f"✗ Regressed: exercise {exercise.name} (stage "
-                                                 f"{exercise.stage_number:02d}) no longer holds with your new code.")
+    held = ((before.direct is None or await _direct_held(result, before, pieces, seed, replay))
+            and await _scenario_held(result, before, pieces, seed, replay, shown=False))
+    if not held:
+        result.lines.insert(failures_before, f"✗ Regressed: exercise {before.name} (stage "
+                                             f"{before.stage_number:02d}) no longer holds with your new code.")
     return held
+
+
+async def _chaos_held(result: CheckResult, exercise: Exercise, pieces: Pieces, chaos_seed: int,
+                      earlier: Sequence[tuple[Exercise, str]]) -> bool:
+    config = replace(CHAOS, seed=chaos_seed, pieces=pieces)
+    try:
+        report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
+    except RuntimeError as error:  # the run could not go on: the API refused a submission (500)
+        # A learner's accept that raised inside the API recorded where: say that line instead.
+        for learner_error in getattr(pieces.submission_order, "errors", ()):
+            raise learner_error from None
+        result.lines += [f"✗ Broken under chaos (seed {chaos_seed}): {str(error).splitlines()[0]}",
+                         _whose(exercise, earlier), f"  Replay it: {_replay(exercise, chaos_seed)}"]
+        return False
+    if not report.ok:
+        result.lines += _chaos_failure(exercise, report, earlier)
+        return False
+    return True
+
+
+def _whose(exercise: Exercise, earlier: Sequence[tuple[Exercise, str]]) -> str:
+    """Whose code ran in a chaos run (every piece in every worker): a failure there may be in any of it."""
+    yours = [before.name for before, code in earlier if code != before.reference]
+    return (f"  Your code in this run: {', '.join([*yours, exercise.name])}"
+            + ("; the other exercises' pieces are the references." if len(yours) < len(earlier) else "."))
 
 
 def _held(result: CheckResult, check: Check, replay: str) -> bool:
@@ -157,10 +199,11 @@ def _replay(exercise: Exercise, seed: int) -> str:
     return f"reliableq exercise check {exercise.name} --seed {seed} --seeds 1"
 
 
-def _chaos_failure(exercise: Exercise, report: ChaosReport) -> list[str]:
+def _chaos_failure(exercise: Exercise, report: ChaosReport, earlier: Sequence[tuple[Exercise, str]]) -> list[str]:
     seed = report.config.seed
     broken = [check for check in report.checks if not check.held]
-    lines = [f"✗ Broken under chaos (seed {seed}): {'; '.join(check.name for check in broken)}"]
+    lines = [f"✗ Broken under chaos (seed {seed}): {'; '.join(check.name for check in broken)}",
+             _whose(exercise, earlier)]
     history = report.shortest_broken_history()
     if history:
         lines.append(f"  Shortest history that broke it ({report.label(history[0].job_id)}):")

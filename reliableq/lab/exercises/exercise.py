@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from reliableq.config import Mechanisms
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioResult
@@ -32,3 +33,21 @@ class Exercise:
     # Checks of the learner's code on its own, after the scenario: a policy's answers, many and seeded;
     # SQL under interleavings forced one step at a time (as PostgreSQL's isolation tester does).
     direct: Callable[[Pieces, int], Awaitable[list[Check]]] | None = None
+
+
+# The exercises whose piece runs whatever the stage's switches say: the four owner updates run wherever a
+# job is finalized, and the charge service's insert wherever a job charges.
+ALWAYS_IN_PLAY = ("fencing", "idempotency")
+# The claim the skip-locked and leases exercises write is the claim only with skip_locked on (without it,
+# the claim is job_select_due then job_mark_claimed).
+CLAIM_EXERCISES = ("skip-locked", "leases")
+
+
+def in_play(exercise: Exercise, mechanisms: Mechanisms) -> bool:
+    """Whether a run with `mechanisms` on runs `exercise`'s piece at all. A policy (the submission order,
+    the retry delay, the decision, the permits) is asked only with its own mechanism on."""
+    if exercise.name in ALWAYS_IN_PLAY:
+        return True
+    if exercise.name in CLAIM_EXERCISES:
+        return mechanisms.skip_locked
+    return getattr(mechanisms, exercise.name.replace("-", "_"))
