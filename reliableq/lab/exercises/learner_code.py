@@ -69,16 +69,17 @@ def guarded(function: Callable[..., Any], filename: str) -> Callable[..., Any]:
 CALL_DEADLINE_SECONDS = 1.0  # a policy answers in microseconds; longer is a loop that does not end
 
 
-def within_deadline(function: Callable[..., Any], args: tuple, filename: str) -> Any:
-    """Call the learner's `function`, stopping it at its line if it runs past CALL_DEADLINE_SECONDS.
+def within_deadline(function: Callable[..., Any], args: tuple, filename: str,
+                    seconds: float = CALL_DEADLINE_SECONDS) -> Any:
+    """Call the learner's `function`, stopping it at its line if it runs past `seconds`.
 
     A learner's endless loop runs on the event loop's own thread, where no asyncio timeout can reach
     it; a trace function on the learner's file's lines can, and costs nothing outside that file."""
-    deadline = time.monotonic() + CALL_DEADLINE_SECONDS
+    deadline = time.monotonic() + seconds
 
     def on_line(frame: types.FrameType, event: str, arg: object):
         if event in ("line", "opcode") and time.monotonic() > deadline:
-            raise LearnerError(f"{filename}, line {frame.f_lineno}: still running after {CALL_DEADLINE_SECONDS:g} s "
+            raise LearnerError(f"{filename}, line {frame.f_lineno}: still running after {seconds:g} s "
                                "(a loop that never ends?)")
         return on_line
 
