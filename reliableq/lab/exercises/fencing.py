@@ -5,19 +5,19 @@ from sql/queue.sql, so the exercise cannot drift from the queue it grades."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
-from datetime import timedelta
+from dataclasses import replace
 
 from reliableq import db, sql
 from reliableq.config import Mechanisms
-from reliableq.lab.exercises import learner_code
+from reliableq.lab.exercises import learner_code, schedules
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import load_queries
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
-from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
 
 FILENAME = "fencing.sql"
@@ -100,44 +100,166 @@ async def try_queries(pieces: Pieces) -> None:
                                        databases.queue_url, _TRY_PARAMS)
 
 
+WORKER = "worker-1"  # the one worker of every schedule: it reclaims its own jobs, so only the token tells
+# its claims apart (a write that names the owner by worker_id would pass if another worker reclaimed)
+WRITES = ("renew", "succeed", "retry", "dead")
+RETRY_DELAY = 3600.0  # a retried job is not due again within any schedule
+
+
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
-    """The interleavings a scenario meets only by luck, forced one step at a time on a scratch database:
-    one job claimed by a worker whose lease then ran out and reclaimed by another (the database clock
-    moved on through the queries' `now`). The stale owner's renew, succeed, retry and dead must each lose
-    and change nothing; and in one grouped success holding both claims, only the current one wins."""
-    refused, grouped = [], []
-    with db.scratch_databases("rq_exercise") as databases:
-        async with await db.open_pool_checked(databases.queue_url, max_size=2) as pool:
-            queue = Queue(pool, Mechanisms(), replaced_queries=pieces.queue_queries)
-            stale, current = await _claimed_twice(queue)
-            before = await queue.get(current.id)
-            for write, won in [("renew", await queue.renew(stale, 30.0)), ("succeed", await queue.succeed(stale)),
-                               ("retry", await queue.retry(stale, 0.0, "stale retry")),
-                               ("dead", await queue.dead(stale, "stale dead"))]:
-                if won:
-                    refused.append({"stale owner's": write, "won": True})
-            after = await queue.get(current.id)
-            if (after.status, after.lease_token) != (before.status, before.lease_token):
-                refused.append({"job": "changed by the stale owner", "status": f"{before.status} -> {after.status}"})
-            for order in ("stale first", "current first"):
-                stale, current = await _claimed_twice(queue)
-                group = [stale, current] if order == "stale first" else [current, stale]
-                won = await queue.succeed_many(group)
-                said = dict(zip(("stale" if claim is stale else "current" for claim in group), won, strict=True))
-                if said != {"stale": False, "current": True}:
-                    grouped.append({"group": order, "stale claim won": said["stale"],
-                                    "current claim won": said["current"]})
-    return [Check("a stale owner's renew, succeed, retry and dead each lose and change nothing", refused),
-            Check("in one grouped success holding a stale and the current claim of a job, only the current "
-                  "claim wins (each claim is told its own outcome)", grouped)]
+    """Forced on a scratch database, one job per write so that each verdict stands alone; every reclaim
+    is the same worker's, by the shipped claim, after the check wrote the lease's expiry an hour into the
+    past: (1) the old claim's renew, succeed, retry and dead, each after the reclaim committed, must lose
+    and change nothing, and the current claim's must win; (2) in one grouped success holding the old and
+    the current claim, only the current wins, in either order; (3) each old write issued while the
+    reclaim's transaction is still open, seen waiting for its row lock (or already refused) before the
+    reclaim commits, so PostgreSQL re-checks the row the reclaim wrote; (4) the owner's succeed,
+    retry and dead in progress while a reclaim comes: the reclaim passes over the job, and the write's
+    answer is what it did to the job."""
+    learner = {name: pieces.queue_queries[name] for name in QUERIES}
+    async with schedules.scratch() as scratch:
+        queue = Queue(scratch.pool, Mechanisms(), replaced_queries=learner)
+        after_reclaim, current_lost, blocked, racing = [], [], [], []
+        for write in WRITES:
+            stale, current = await _reclaimed(scratch)
+            after_reclaim += await _stale_write(scratch, queue, write, stale)
+            if not await _write(queue, write, current):
+                current_lost.append({"job": scratch.label(current.id), f"your {write} for the current claim": "lost"})
+        grouped = [row for order in ("old claim first", "current claim first")
+                   for row in await _grouped(scratch, queue, order)]
+        for write in WRITES:
+            blocked += await _behind_reclaim_in_progress(scratch, learner, write)
+        for write in WRITES[1:]:
+            racing += await _racing_a_reclaim(scratch, learner, write)
+    return [Check("after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead each lose "
+                  "and change nothing", after_reclaim),
+            Check("the current claim's renew, succeed, retry and dead win", current_lost),
+            Check("in one grouped success holding a job's old and current claim, only the current one wins (each "
+                  "claim is told its own outcome)", grouped),
+            Check("an old claim's write that waited for a reclaim still in progress loses once the reclaim commits "
+                  "(PostgreSQL re-checks the row it waited for)", blocked),
+            Check("a finalize in progress while a reclaim comes: the reclaim passes over the job, and the "
+                  "finalize's answer is what it did", racing)]
 
 
-async def _claimed_twice(queue: Queue) -> tuple[Job, Job]:
-    await queue.submit(Submission({"amount_cents": 1250, "currency": "USD"}, 5))
-    (stale,) = await queue.claim(1, "paused-worker", lease_seconds=1.0)
-    later = await queue.database_now() + timedelta(seconds=2)
-    (current,) = await queue.claim(1, "rescuer", 30.0, now=later)
+async def _reclaimed(scratch: schedules.Scratch, reclaim: Queue | None = None) -> tuple[Job, Job]:
+    """A new job, the only one, claimed by WORKER, its lease run out (written), and reclaimed by WORKER (on
+    `reclaim`'s connection, whose transaction may be held open): the old claim and the current one."""
+    await scratch.run("lab_jobs_clear")
+    await scratch.submit(1)
+    (stale,) = await scratch.shipped.claim(1, WORKER, 30.0)
+    await scratch.run_out(stale)
+    (current,) = await (reclaim or scratch.shipped).claim(1, WORKER, 30.0)
+    if current.id != stale.id:
+        raise RuntimeError(f"the schedule's reclaim took {current.id}, not {stale.id}")
     return stale, current
+
+
+async def _write(queue: Queue, write: str, claim: Job) -> bool:
+    if write == "renew":
+        return await queue.renew(claim, 30.0)
+    if write == "succeed":
+        return await queue.succeed(claim)
+    if write == "retry":
+        return await queue.retry(claim, RETRY_DELAY, f"{write} of attempt {claim.attempts}")
+    return await queue.dead(claim, f"{write} of attempt {claim.attempts}")
+
+
+def _state(job: Job) -> tuple:
+    return job.status, job.lease_token, job.lease_expires_at, job.run_at, job.last_error
+
+
+async def _stale_write(scratch: schedules.Scratch, queue: Queue, write: str, stale: Job) -> list[dict]:
+    """The old claim's `write`, run now, judged: it must lose and change nothing."""
+    before = await scratch.shipped.get(stale.id)
+    won = await _write(queue, write, stale)
+    return _judged(scratch, write, stale, won, before, await scratch.shipped.get(stale.id))
+
+
+def _judged(scratch: schedules.Scratch, write: str, stale: Job, won: bool | None, before: Job, after: Job,
+            failed: str | None = None) -> list[dict]:
+    """A row saying what the old claim's `write` did, if it did anything but lose: `before`, the job as the
+    reclaim left it; `after`, as the write left it."""
+    row = {"job": scratch.label(stale.id), "reclaimed by": f"the same worker ({WORKER})"}
+    if failed:
+        return [row | {f"your {write} for the old claim": f"failed: {failed}"}]
+    if won or _state(before) != _state(after):
+        said = "won" if won else "said it lost"
+        changed = f", and the job went {before.status} -> {after.status}" if before.status != after.status else (
+            ", and changed the job" if _state(before) != _state(after) else "")
+        return [row | {f"your {write} for the old claim": f"{said}{changed}"}]
+    return []
+
+
+async def _grouped(scratch: schedules.Scratch, queue: Queue, order: str) -> list[dict]:
+    stale, current = await _reclaimed(scratch)
+    group = [stale, current] if order == "old claim first" else [current, stale]
+    won = await queue.succeed_many(group)
+    said = dict(zip(("old" if claim is stale else "current" for claim in group), won, strict=True))
+    if said == {"old": False, "current": True}:
+        return []
+    return [{"job": scratch.label(stale.id), "group": order, "old claim won": said["old"],
+             "current claim won": said["current"]}]
+
+
+async def _behind_reclaim_in_progress(scratch: schedules.Scratch, learner: dict[str, str], write: str) -> list[dict]:
+    """The same worker's reclaim holds its transaction open (the job's row locked, the new token not yet
+    committed) while the old claim's `write` is issued; once that write waits for the row (or was refused
+    at once), the reclaim commits."""
+    async with (await scratch.connect(autocommit=False) as reclaiming, await scratch.connect() as writing):
+        stale, _ = await _reclaimed(scratch, Queue(schedules.OneConnection(reclaiming), Mechanisms()))
+        before = await scratch.shipped.get(stale.id)  # the last committed state: the reclaim is not yet
+        task = asyncio.create_task(_write(Queue(schedules.OneConnection(writing), Mechanisms(),
+                                                replaced_queries=learner), write, stale))
+        try:
+            await schedules.waiting_or_done(scratch, {write: (task, writing.info.backend_pid)})
+        except TimeoutError:
+            task.cancel()
+            raise
+        await reclaiming.commit()
+        won, failed = await schedules.outcome(task)
+    reclaimed = await scratch.shipped.get(stale.id)
+    return _judged(scratch, write, stale, won, replace(before, **{f: getattr(reclaimed, f) for f in _RECLAIM_FIELDS}),
+                   reclaimed, failed)
+
+
+# What the reclaim itself wrote: compared against, not blamed on the old claim's write.
+_RECLAIM_FIELDS = ("lease_token", "lease_expires_at", "attempts", "updated_at", "worker_id")
+
+
+async def _racing_a_reclaim(scratch: schedules.Scratch, learner: dict[str, str], write: str) -> list[dict]:
+    """WORKER's claim, its lease run out, the only job; its `write` runs and holds its transaction open; the
+    same worker's reclaim comes meanwhile and is seen to return or wait; then the write commits. Whatever
+    the write's answer, it must be what it did: won, the job finalized and not reclaimed; lost, the job as
+    it was, or as the reclaim left it."""
+    await scratch.run("lab_jobs_clear")
+    await scratch.submit(1)
+    (owner,) = await scratch.shipped.claim(1, WORKER, 30.0)
+    await scratch.run_out(owner)
+    before = await scratch.shipped.get(owner.id)
+    async with (await scratch.connect() as writing, await scratch.connect() as reclaiming):
+        async with writing.transaction():
+            won = await _write(Queue(schedules.OneConnection(writing), Mechanisms(), replaced_queries=learner),
+                               write, owner)
+            reclaimer = Queue(schedules.OneConnection(reclaiming), Mechanisms())
+            reclaim = asyncio.create_task(reclaimer.claim(1, WORKER, 30.0))
+            try:
+                await schedules.waiting_or_done(scratch, {"reclaim": (reclaim, reclaiming.info.backend_pid)})
+            except TimeoutError:
+                reclaim.cancel()
+                raise
+        reclaimed, _ = await schedules.outcome(reclaim)
+    after = await scratch.shipped.get(owner.id)
+    if won:
+        right = after.status == {"succeed": "SUCCEEDED", "retry": "PENDING", "dead": "DEAD"}[write] and not reclaimed
+    elif reclaimed:  # the write left the job unlocked, and the reclaim took it: only the reclaim's changes
+        right = after.status == "RUNNING" and after.lease_token == reclaimed[0].lease_token
+    else:
+        right = _state(after) == _state(before)
+    if right:
+        return []
+    return [{"job": scratch.label(owner.id), f"your {write}": "won" if won else "lost", "the job": after.status,
+             "the reclaim": "took it" if reclaimed else "passed over it"}]
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:

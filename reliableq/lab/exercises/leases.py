@@ -8,19 +8,16 @@ query), so dropping the lock is named as a regression of skip-locked."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from reliableq import db
 from reliableq.config import Mechanisms
+from reliableq.lab.exercises import schedules
 from reliableq.lab.exercises.exercise import Exercise
-from reliableq.lab.exercises.learner_code import LearnerError, load_queries
+from reliableq.lab.exercises.learner_code import load_queries
 from reliableq.lab.exercises.skip_locked import QUERY, claim_file, shipped, try_claim
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
-from reliableq.lab.scenario import ScenarioParams, ScenarioResult, job_labels
-from reliableq.lab.waiting import wait_until
-from reliableq.payload import Submission
-from reliableq.queue import Job, Queue
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 FILENAME = "leases.sql"
 EXPIRY_MARK = "-- ✎ leases: until when does this claim hold the job? (NULL: for ever)"
@@ -81,8 +78,11 @@ HINTS = (
 )
 
 MECHANISMS = Mechanisms.up_to("leases")  # stage 04's switches
-SHORT_LEASE, LONG_LEASE = 0.3, 30.0  # seconds: a lease the check sees run out, and one it must not
-CLOCK_SLACK = timedelta(milliseconds=50)  # a claim's own now() and the reads around it
+LEASES = (30.0, 120.0)  # seconds: two lengths, so an expiry that ignores %(lease_seconds)s is seen
+CLOCK_SLACK = timedelta(milliseconds=50)  # a claim's own clock reads and the reads around it
+# The switches the domain of job states is claimed under: the claim always reclaims (leases on), with the
+# attempt budget enforced (stage dead on) and not.
+BUDGET = (True, False)
 
 
 def load(text: str) -> Pieces:
@@ -90,61 +90,39 @@ def load(text: str) -> Pieces:
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
-    """On a scratch database: worker-1 claims one job with a short lease and the other with a long one;
-    each expiry must be the lease length after the claim on PostgreSQL's clock. worker-2's claim must not
-    take the long-leased job while its lease is live, and must take the other once its lease ran out
-    (waited for on the database's clock, so a claim that reads now() rather than %(now)s is graded the
-    same), closing worker-1's claim of it as expired."""
-    with db.scratch_databases("rq_exercise") as databases:
-        async with await db.open_pool_checked(databases.queue_url, max_size=2) as pool:
-            queue = Queue(pool, MECHANISMS, replaced_queries=pieces.queue_queries)
-            ids = [(await queue.submit(Submission({"amount_cents": 1000 + n, "currency": "USD"}, 5))).id
-                   for n in range(2)]
-            labels = job_labels(ids)
-            expiries, stolen, stranded, unclosed = [], [], [], []
-            short = await _claimed(queue, SHORT_LEASE, labels, expiries)
-            long = await _claimed(queue, LONG_LEASE, labels, expiries)
-            taken = {job.id for job in await queue.claim(2, "worker-2", LONG_LEASE)}
-            if short.lease_expires_at is not None and short.id not in taken:
-                await wait_until(lambda: _passed(queue, short.lease_expires_at), 5.0,
-                                 f"{labels[str(short.id)]}'s lease to run out")
-                taken |= {job.id for job in await queue.claim(2, "worker-2", LONG_LEASE)}
-            if long.id in taken:
-                stolen.append({"job": labels[str(long.id)], "lease": f"{LONG_LEASE:g} s, still running",
-                               "taken by": "worker-2"})
-            if short.id not in taken:
-                stranded.append({"job": labels[str(short.id)], "status": (await queue.get(short.id)).status,
-                                 "lease": f"{SHORT_LEASE:g} s, ran out"})
-            else:
-                first = (await queue.attempts_of(short.id))[0]
-                if first["outcome"] != "expired":
-                    unclosed.append({"job": labels[str(short.id)], "worker-1's claim": first["outcome"] or "open"})
+    """Forced on a scratch database: claims with two lease lengths, whose expiries must be that long
+    after the claim on PostgreSQL's clock; then one claim over a job in every state (due, not yet due,
+    under a live lease, lease run out before, on and past its last attempt, finished), with
+    %(enforce_budget)s on and off. Leases run out because the check writes their expiry an hour into the
+    past, so a claim reading now(), clock_timestamp() or %(now)s gets one verdict, and nothing waits."""
+    claim = pieces.queue_queries[QUERY]
+    async with schedules.scratch(MECHANISMS) as scratch:
+        expiries = []
+        for lease_seconds in LEASES:
+            expiries += await _expiry_wrong(scratch, claim, lease_seconds)
+        runs = [await schedules.claim_over_every_state(scratch, claim, True, enforce) for enforce in BUDGET]
     return [Check("a claim's lease expires lease_seconds after the claim, on PostgreSQL's clock", expiries),
-            Check("a job whose lease is still running is never claimed by another worker", stolen),
-            Check("a RUNNING job whose lease has run out is due: another worker claims it", stranded),
-            Check("the claim it takes over is closed as expired", unclosed)]
+            *schedules.domain_checks(runs, closing=True)]
 
 
-async def _claimed(queue: Queue, lease_seconds: float, labels: dict[str, str], wrong: list[dict]) -> Job:
-    """worker-1's claim of one job with `lease_seconds`; its expiry, if not where it should be, added to
-    `wrong`."""
-    before = await queue.database_now()
-    claimed = await queue.claim(1, "worker-1", lease_seconds)
+async def _expiry_wrong(scratch: schedules.Scratch, claim: str, lease_seconds: float) -> list[dict]:
+    """worker-1's claim of the one job there is, due, with `lease_seconds`: a row if its expiry is not
+    where it should be."""
+    await scratch.run("lab_jobs_clear")
+    await scratch.submit(1)
+    before = await scratch.shipped.database_now()
+    async with await scratch.connect() as conn:
+        claimed = await schedules.claim_once(conn, claim, worker_id="worker-1", limit=1, reclaim_expired=True,
+                                             enforce_budget=False, lease_seconds=lease_seconds)
+    after = await scratch.shipped.database_now()
     if len(claimed) != 1:
-        raise LearnerError(f"{FILENAME}: asked for one job of the PENDING ones, the claim took {len(claimed)}")
-    (job,) = claimed
-    after = await queue.database_now()
+        return [{"lease": f"{lease_seconds:g} s", "claimed": f"{len(claimed)} jobs of the one due"}]
     lease = timedelta(seconds=lease_seconds)
-    expires = job.lease_expires_at
-    if expires is None or not before + lease - CLOCK_SLACK <= expires <= after + lease + CLOCK_SLACK:
-        wrong.append({"job": labels[str(job.id)], "lease": f"{lease_seconds:g} s",
-                      "expires": "never (NULL)" if expires is None
-                      else f"{(expires - before).total_seconds():.2f} s after the claim"})
-    return job
-
-
-async def _passed(queue: Queue, moment: datetime) -> bool:
-    return await queue.database_now() > moment
+    expires = claimed[0]["lease_expires_at"]
+    if expires is not None and before + lease - CLOCK_SLACK <= expires <= after + lease + CLOCK_SLACK:
+        return []
+    said = "never (NULL)" if expires is None else f"{(expires - before).total_seconds():.2f} s after the claim"
+    return [{"lease": f"{lease_seconds:g} s", "expires": said}]
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:

@@ -3,38 +3,34 @@ a claimer skips the jobs another one holds. The starter is the shipped claim wit
 reference is the shipped claim. Both are made from sql/queue.sql, so the exercise cannot drift from the
 queue it grades.
 
-The stage's scenario makes the two workers' claims meet (rows held locked until both have met them), so
-a claim without a lock takes every job twice there, as the naive claim did. What it cannot tell apart is
-a claim that waits for the held rows from one that skips them: the direct check forces that step by
-step, as PostgreSQL's isolation tester would: claimer A's claim holds its transaction open while
-claimer B claims.
+The forced schedules (`direct`, run first) catch each class of wrong lock in the interleaving that shows
+it, as PostgreSQL's isolation tester would: claims that read the same rows at the same moment (a lock
+claimers can share, FOR SHARE or FOR KEY SHARE, or none: a job taken twice, a wait, a deadlock), a claim
+meeting rows another holds (FOR UPDATE waits, NOWAIT fails), and a claim over a job in every state (a
+WHERE that takes a job not yet due, under a live lease, or finished). The stage's scenario then makes its
+two workers' claims meet in the real system.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack
 
 import psycopg
 
 from reliableq import db, sql
 from reliableq.config import Mechanisms
-from reliableq.lab.exercises import learner_code
+from reliableq.lab.exercises import learner_code, schedules
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import load_queries
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult, job_labels
-from reliableq.lab.waiting import wait_until
-from reliableq.payload import Submission
-from reliableq.queue import Job, Queue
 
 FILENAME = "skip_locked.sql"
 QUERY = "job_claim_due_skip_locked"
 MARK = "-- ✎ skip-locked: lock the rows read here, and skip the rows another claimer holds"
-_LAB_Q = sql.queries("lab_queue")
 _LOCK = re.compile(r"^(?P<indent> *)FOR UPDATE SKIP LOCKED$", re.MULTILINE)
 
 HEADER = """-- Exercise 03, skip-locked. Make the claim take each due job for one worker only.
@@ -86,94 +82,110 @@ LEASE_SECONDS = 30.0
 # Dummy parameters for trying the claim once on an empty database.
 TRY_PARAMS = {"now": None, "limit": 1, "reclaim_expired": True, "enforce_budget": True, "worker_id": "tried",
               "lease_seconds": 1.0}
-WAIT_SECONDS = 5.0  # a claim that skips locked rows returns in milliseconds; this is only a backstop
 
 
 def load(text: str) -> Pieces:
     return Pieces(queue_queries=load_queries(text, FILENAME, (QUERY,)))
 
 
-class _OneConnection:
-    """A pool of one connection, for a Queue whose claim must run on a connection the check controls:
-    one that is not in autocommit keeps the claim's transaction, and its locks, open until the check
-    commits it."""
-
-    def __init__(self, conn: psycopg.AsyncConnection) -> None:
-        self.conn = conn
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        yield self.conn
+CLAIMERS = ("claimer-A", "claimer-B", "claimer-C", "claimer-D")
+PER_CLAIM = 2
+# The switches the domain of job states is claimed under: leases on (a later stage's claim always
+# reclaims, and this one must stay right there), with and without the attempt budget.
+SWITCHES = ((True, True), (True, False))
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
-    """The race forced one step at a time on a scratch database with four due jobs: claimer A claims two
-    and holds its transaction open; claimer B asks for two while A holds them, and must return at once
-    with the other two; then A commits and B finishes. No job may be claimed by both."""
-    with db.scratch_databases("rq_exercise") as databases:
-        async with await db.open_pool_checked(databases.queue_url, max_size=2) as pool:
-            queue = Queue(pool, MECHANISMS)
-            ids = [(await queue.submit(Submission({"amount_cents": 1000 + n, "currency": "USD"}, 5))).id
-                   for n in range(4)]
-            labels = job_labels(ids)
-            # B's statement timeout is a backstop, never met by a claim that skips.
-            async with (await psycopg.AsyncConnection.connect(databases.queue_url) as held,
-                        await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True,
-                                                              options="-c statement_timeout=10s") as other):
-                claimer_a = Queue(_OneConnection(held), MECHANISMS, replaced_queries=pieces.queue_queries)
-                claimer_b = Queue(_OneConnection(other), MECHANISMS, replaced_queries=pieces.queue_queries)
-                taken_by_a = await claimer_a.claim(2, "claimer-A", LEASE_SECONDS)
-                b_claim = asyncio.create_task(claimer_b.claim(2, "claimer-B", LEASE_SECONDS))
-                try:
-                    waited = await _returned_or_waiting(b_claim, other.info.backend_pid, queue)
-                except TimeoutError:
-                    b_claim.cancel()  # neither done nor waiting for a lock: a statement far too slow
-                    raise
-                await held.commit()
-                try:
-                    taken_by_b, b_failed = await asyncio.wait_for(b_claim, WAIT_SECONDS * 3), None
-                except psycopg.Error as error:
-                    taken_by_b, b_failed = [], error.diag.message_primary or str(error)
-            after = {job_id: await queue.get(job_id) for job_id in ids}
-    return _checks(labels, taken_by_a, taken_by_b, after, waited, b_failed)
+    """Forced on a scratch database, in order: one claim over a job in every state (due, not yet due,
+    under a live lease, out of attempts, finished); four claims that have all read the due jobs before
+    any of them writes one (held at a barrier in front of every update of a job row, then let go
+    together); claimer A's claim holding its transaction open while claimer B claims."""
+    claim = pieces.queue_queries.get(QUERY, shipped())
+    async with schedules.scratch(MECHANISMS) as scratch:
+        runs = [await schedules.claim_over_every_state(scratch, claim, reclaim, enforce)
+                for reclaim, enforce in SWITCHES]
+        await scratch.run("lab_jobs_clear")
+        same_moment = await _read_at_the_same_moment(scratch, claim)
+        await scratch.run("lab_jobs_clear")
+        held = await _claimed_while_another_holds(scratch, claim)
+    return [*schedules.domain_checks(runs), *same_moment, held]
 
 
-async def _returned_or_waiting(claim: asyncio.Task, pid: int, queue: Queue) -> bool:
-    """Whether the claim in `claim`, on backend `pid`, is waiting for another session's lock (rather than
-    done); polled until one or the other."""
-    async def settled() -> str | None:
-        if claim.done():
-            return "returned"
-        async with queue.pool.connection() as conn:
-            blocked = (await (await conn.execute(_LAB_Q["lab_session_blocked"], {"pid": pid})).fetchone())[0]
-        return "waiting" if blocked else None
-    return await wait_until(settled, WAIT_SECONDS, "claimer B's claim to return or to wait for a lock") == "waiting"
+async def _claim(conn: psycopg.AsyncConnection, claim: str, worker_id: str, limit: int) -> list[dict]:
+    return await schedules.claim_once(conn, claim, worker_id=worker_id, limit=limit, reclaim_expired=False,
+                                      enforce_budget=False, lease_seconds=LEASE_SECONDS)
 
 
-def _checks(labels: dict[str, str], taken_by_a: list[Job], taken_by_b: list[Job], after: dict,
-            waited: bool, b_failed: str | None) -> list[Check]:
-    def named(jobs: list[Job]) -> str:
-        return ", ".join(labels[str(job.id)] for job in jobs) or "none"
+async def _read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> list[Check]:
+    """Four claims of two, eight due jobs: each claim reads (and locks, as it locks) its rows, then waits
+    at the barrier at its first update, until every claim has returned or waits; then all go on. A lock
+    that claimers can share lets two of them read the same rows here: one then waits for the other's
+    update, and either both take the job or they deadlock."""
+    ids = await scratch.submit(len(CLAIMERS) * PER_CLAIM)
+    labels = job_labels(ids)
+    async with AsyncExitStack() as stack:
+        conns = {name: await stack.enter_async_context(await scratch.connect()) for name in CLAIMERS}
+        async with schedules.barrier(scratch):
+            statements = {name: (asyncio.create_task(_claim(conn, claim, name, PER_CLAIM)), conn.info.backend_pid)
+                          for name, conn in conns.items()}
+            try:
+                waits = await schedules.waiting_or_done(scratch, statements)
+            except TimeoutError:
+                for task, _ in statements.values():
+                    task.cancel()
+                raise
+        outcomes = {name: await schedules.outcome(task) for name, (task, _) in statements.items()}
+    taken = {name: [row["id"] for row in rows or ()] for name, (rows, _) in outcomes.items()}
+    by_job = {job_id: [name for name, jobs in taken.items() if job_id in jobs] for job_id in ids}
+    attempts = {job_id: (await scratch.shipped.get(job_id)).attempts for job_id in ids}
+    twice = [{"job": labels[str(job_id)], "A": attempts[job_id], "claimed by": " and ".join(names) or "none"}
+             for job_id, names in by_job.items() if len(names) > 1 or attempts[job_id] > 1]
+    stalled = [{"claimer": name, "waited for": " and ".join(others)} for name, others in waits.items()]
+    stalled += [{"claimer": name, "failed": failed} for name, (_, failed) in outcomes.items() if failed]
+    counts = [{"claimer": name, "asked for": PER_CLAIM, "took": len(jobs)} for name, jobs in taken.items()
+              if len(jobs) > PER_CLAIM]
+    if not twice and not stalled and not counts and sum(map(len, taken.values())) < len(ids):
+        counts.append({"claimers": len(CLAIMERS), "each asked for": PER_CLAIM, "jobs due": len(ids),
+                       "taken in all": sum(map(len, taken.values()))})
+    said = f"{len(CLAIMERS)} claims that read the due jobs at the same moment"
+    return [Check(f"{said} take different jobs: none is claimed twice", twice),
+            Check(f"{said} neither wait for each other nor fail", stalled),
+            Check(f"{said} each take at most the {PER_CLAIM} jobs asked for, and together every due job", counts)]
 
-    a_ids, b_ids = {job.id for job in taken_by_a}, {job.id for job in taken_by_b}
-    twice = [{"job": labels[str(job_id)], "A": job.attempts, "claimed by": "claimer-A and claimer-B"}
-             for job_id, job in after.items() if job_id in a_ids & b_ids or job.attempts > 1]
-    free = len(labels) - len(a_ids)
-    counts = []
-    if len(a_ids) > 2:
-        counts.append({"claimer A asked for": 2, "took": named(taken_by_a)})
-    if not twice and not b_failed and len(b_ids - a_ids) < min(2, free):
-        counts.append({"claimer B asked for": 2, "took": named(taken_by_b),
-                       "while A held": named(taken_by_a), "jobs due": len(labels)})
-    waits = [{"claimer B": "waited for claimer A's lock"}] if waited else []
+
+async def _claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -> Check:
+    """Four due jobs: claimer A claims two and holds its transaction open; claimer B asks for two while A
+    holds them, and must return at once with the other two; then A commits."""
+    ids = await scratch.submit(4)
+    labels = job_labels(ids)
+    async with (await scratch.connect(autocommit=False) as held, await scratch.connect() as other):
+        taken_by_a = {row["id"] for row in await _claim(held, claim, "claimer-A", 2)}
+        b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2))
+        try:
+            waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
+                                                    holders={held.info.backend_pid: "claimer-A"})
+        except TimeoutError:
+            b_claim.cancel()
+            raise
+        await held.commit()
+        rows, b_failed = await schedules.outcome(b_claim)
+    taken_by_b = {row["id"] for row in rows or ()}
+
+    def named(jobs: set) -> str:
+        return ", ".join(labels[str(job_id)] for job_id in ids if job_id in jobs) or "none"
+    both = taken_by_a & taken_by_b
+    wrong = [{"claimer B": "took jobs claimer A held", "jobs": named(both)}] if both else []
+    if len(taken_by_a) > 2:
+        wrong.append({"claimer A asked for": 2, "took": named(taken_by_a)})
+    if waits:
+        wrong.append({"claimer B": "waited for claimer A's lock"})
     if b_failed:
-        waits.append({"claimer B": f"failed: {b_failed}"})
-    return [Check("each job is claimed by one claimer at a time: claimer B took none of the jobs claimer A held",
-                  twice),
-            Check("a claim takes at most as many jobs as it asks for, and claimer B took the due jobs A did not "
-                  "hold", counts),
-            Check("a claim skips the jobs another claimer holds: it neither waits for that claimer's lock nor "
-                  "fails", waits)]
+        wrong.append({"claimer B": f"failed: {b_failed}"})
+    if not wrong and len(taken_by_b - taken_by_a) < min(2, len(ids) - len(taken_by_a)):
+        wrong.append({"claimer B asked for": 2, "took": named(taken_by_b), "while A held": named(taken_by_a),
+                      "jobs due": len(ids)})
+    return Check("while claimer A's claim holds two jobs (its transaction open), claimer B's claim skips them: it "
+                 "takes the other two at once, neither waiting nor failing", wrong)
 
 
 async def try_claim(pieces: Pieces, filename: str) -> None:
