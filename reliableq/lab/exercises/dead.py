@@ -10,19 +10,35 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hypothesis import strategies as st
+
 from reliableq import finalize_decision
 from reliableq.finalize_decision import DECISIONS, Decision
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError, load_function
+from reliableq.lab.exercises.properties import smallest_wrong
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
+from reliableq.payload import MAX_ATTEMPTS_LIMIT
 
 FILENAME = "dead.py"
 FUNCTION = "decide"
 KINDS = ("ok", "transient", "permanent", "ambiguous")  # the handlers' classified outcomes (handlers.py)
-RETRIED_KINDS = ("transient", "ambiguous")  # may succeed on a later try (ambiguous: with the same key)
-BUDGETS = (1, 3, 5)  # max_attempts checked; each with attempts 1 to max_attempts + 1
+PAST_BUDGET = 3  # attempts asked past each budget: with DEAD off the worker still asks, and goes on
+# An operator's replay sets max_attempts to attempts + up to 100, so budgets grow past what a submission
+# may ask, without end: those are searched (seeded), not asked one by one.
+REPLAYED_UP_TO = 10**6
+EXAMPLES = 200
+
+
+@st.composite
+def replayed(draw: st.DrawFn) -> tuple[str, int, int]:
+    """A case with a budget only replays make: attempts near its end (where the decision turns) or anywhere."""
+    kind, max_attempts = draw(st.sampled_from(KINDS)), draw(st.integers(MAX_ATTEMPTS_LIMIT + 1, REPLAYED_UP_TO))
+    near_the_end = st.integers(max_attempts - PAST_BUDGET, max_attempts + PAST_BUDGET)
+    return kind, draw(st.one_of(near_the_end, st.integers(1, REPLAYED_UP_TO + PAST_BUDGET))), max_attempts
+
 
 HEADER = '''"""Exercise 08, dead. Write decide: what the worker does with a job once its handler has answered.
 
@@ -73,11 +89,11 @@ HINTS = (
 
 
 def load(text: str) -> Pieces:
-    """The learner's decision, asked once for every case the checks ask about first: an exception or an
-    answer that is not a decision is said at once, not met later inside a worker."""
+    """The learner's decision, asked once for each outcome first: an exception or an answer that is not a
+    decision is said at once (the direct checks then ask every case)."""
     decision = LearnerDecision(load_function(text, FILENAME, FUNCTION))
-    for kind, attempts, max_attempts in cases():
-        decision(kind, attempts, max_attempts)
+    for kind in KINDS:
+        decision(kind, 1, 1)
     return Pieces(decision=decision)
 
 
@@ -87,16 +103,22 @@ class LearnerDecision:
     function: Callable[..., object]
 
     def __call__(self, outcome_kind: str, attempts: int, max_attempts: int) -> Decision:
-        answer = self.function(outcome_kind, attempts, max_attempts)
+        asked = f"({outcome_kind!r}, {attempts}, {max_attempts})"
+        try:
+            answer = self.function(outcome_kind, attempts, max_attempts)
+        except LearnerError as error:
+            raise LearnerError(f"{error} (asked decide{asked})") from None
         if answer not in DECISIONS:
             raise LearnerError(f"{FILENAME}: decide must return \"succeed\", \"retry\" or \"dead\"; for "
-                               f"({outcome_kind!r}, {attempts}, {max_attempts}) it returned {answer!r}")
+                               f"{asked} it returned {answer!r}")
         return answer
 
 
 def cases() -> list[tuple[str, int, int]]:
-    return [(kind, attempts, max_attempts) for max_attempts in BUDGETS for kind in KINDS
-            for attempts in range(1, max_attempts + 2)]
+    """Every outcome × attempts 1 to max_attempts + PAST_BUDGET × every budget the API accepts, smallest
+    first."""
+    return [(kind, attempts, max_attempts) for max_attempts in range(1, MAX_ATTEMPTS_LIMIT + 1)
+            for attempts in range(1, max_attempts + PAST_BUDGET + 1) for kind in KINDS]
 
 
 def right(kind: str, attempts: int, max_attempts: int) -> Decision:
@@ -106,24 +128,60 @@ def right(kind: str, attempts: int, max_attempts: int) -> Decision:
     return "dead" if kind == "permanent" or attempts >= max_attempts else "retry"
 
 
+# The invariants, each with the wrong answers it owns, in the order a learner is told of them.
+INVARIANTS = {
+    "succeed": "an ok outcome succeeds, and nothing else does",
+    "permanent": "a permanent failure goes DEAD at once, on any attempt",
+    "retried": "a transient or ambiguous failure is retried while budget remains (attempt < max_attempts)",
+    "budget": "a transient or ambiguous failure on the last attempt (attempt >= max_attempts) goes DEAD, not "
+              "one attempt later",
+}
+
+
+def _invariant(kind: str, yours: Decision, expected: Decision) -> str:
+    return ("succeed" if "succeed" in (yours, expected) else "permanent" if kind == "permanent"
+            else "retried" if expected == "retry" else "budget")
+
+
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
-    """Every kind × attempts 1 to max_attempts + 1 × a few budgets, each wrong answer under the invariant
-    it breaks (the decision is a pure function: every case is asked, nothing is sampled)."""
-    groups: dict[str, list[dict]] = {"succeed": [], "permanent": [], "retried": [], "budget": []}
-    for kind, attempts, max_attempts in cases():
-        yours, expected = pieces.decision(kind, attempts, max_attempts), right(kind, attempts, max_attempts)
-        if yours == expected:
-            continue
-        group = ("succeed" if "succeed" in (yours, expected) else "permanent" if kind == "permanent"
-                 else "retried" if expected == "retry" else "budget")
-        groups[group].append({"outcome": kind, "attempt": attempts, "max_attempts": max_attempts,
-                              "yours": yours, "right": expected})
-    return [Check("an ok outcome succeeds, and nothing else does", groups["succeed"]),
-            Check("a permanent failure goes DEAD at once, on any attempt", groups["permanent"]),
-            Check("a transient or ambiguous failure is retried while budget remains (attempt < max_attempts)",
-                  groups["retried"]),
-            Check("a transient or ambiguous failure on the last attempt (attempt >= max_attempts) goes DEAD, "
-                  "not one attempt later", groups["budget"])]
+    """Every case a submitted job can meet, asked (the decision is a pure function with a small range:
+    nothing is sampled); then, only if all of them held, a seeded search of the budgets replays reach.
+    Each wrong answer is said under the invariant it breaks: its smallest case and how many are like it."""
+    asked = cases()
+    wrong: dict[tuple[str, str, Decision], list[tuple[str, int, int]]] = {}  # in order of each one's smallest case
+    for case in asked:
+        yours, expected = pieces.decision(*case), right(*case)
+        if yours != expected:
+            wrong.setdefault((_invariant(case[0], yours, expected), case[0], yours), []).append(case)
+    rows: dict[str, list[dict]] = {invariant: [] for invariant in INVARIANTS}
+    for (invariant, _, yours), group in wrong.items():
+        lowest, highest = group[0][2], group[-1][2]  # the budgets it is wrong for (cases() goes up by budget)
+        rows[invariant].append({**_row(group[0], yours), "wrong in": f"{len(group)} case(s), max_attempts "
+                                f"{lowest}" + (f" to {highest}" if highest > lowest else "")})
+    if not wrong:
+        found = smallest_wrong(replayed(), lambda case: _said(pieces, case), seed, EXAMPLES)
+        if found is not None:
+            case, _ = found
+            yours = pieces.decision(*case)  # an exception the search met is raised here again, naming the case
+            rows[_invariant(case[0], yours, right(*case))].append(
+                {**_row(case, yours), "found by": f"a seeded search of {EXAMPLES} cases with max_attempts past "
+                                                  f"{MAX_ATTEMPTS_LIMIT}, as replays make"})
+    note = (f"asked: every outcome × attempts 1 to max_attempts + {PAST_BUDGET} × max_attempts 1 to "
+            f"{MAX_ATTEMPTS_LIMIT} ({len(asked):,} cases), then {EXAMPLES} searched with max_attempts up to "
+            f"{REPLAYED_UP_TO:,}")
+    return [Check(name, rows[invariant], note=note) for invariant, name in INVARIANTS.items()]
+
+
+def _row(case: tuple[str, int, int], yours: Decision) -> dict:
+    kind, attempts, max_attempts = case
+    return {"outcome": kind, "attempt": attempts, "max_attempts": max_attempts, "yours": yours,
+            "right": right(*case)}
+
+
+def _said(pieces: Pieces, case: tuple[str, int, int]) -> str | None:
+    """What is wrong with the decision on `case`; None if nothing."""
+    yours = pieces.decision(*case)
+    return None if yours == right(*case) else f"{yours}, where {right(*case)} is right"
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
