@@ -78,7 +78,28 @@ def sample(mutants: list[Mutant], n: int | None, seed: int, exercise: str) -> li
 
 # exercise -> mutant description -> why it behaves as the reference does. A survivor listed here is
 # still run against the reference (differential below); a difference makes it a survivor again.
-EQUIVALENT: dict[str, dict[str, str]] = {}
+EQUIVALENT: dict[str, dict[str, str]] = {
+    "backoff": {
+        "retry_delay, line 8: 64 -> 65": "the exponent's own cap: base·2^64 and base·2^65 are both far above any cap "
+                                         "the worker takes, so min(cap, …) is the cap either way",
+        "retry_delay, line 8: 64 -> 63": "as 64 -> 65: base·2^63 is above every cap too (base ≥ 1 ms)",
+    },
+    "dead": {
+        "decide, lines 21 and 23: `if outcome_kind == 'ok':` and `if outcome_kind == 'permanent':` swapped":
+            "two early returns on conditions that never hold together: their order cannot matter",
+        "decide, lines 23 and 25: `if outcome_kind == 'permanent':` and `if attempts >= max_attempts:` swapped":
+            "both return 'dead': whichever is asked first, a case either meets is dead",
+    },
+    "idempotency": {
+        "charge_insert_once: created: ON CONFLICT DO NOTHING: conflict target removed":
+            "charges has two unique indexes, the key's and the primary key's, and the id is a fresh random uuid: "
+            "every conflict this insert can meet is on the key",
+    },
+    "semaphore": {
+        "__init__, lines 18 and 19: `self.limit = limit` and `self.in_flight = 0` swapped":
+            "two assignments to different attributes, neither reading the other",
+    },
+}
 
 
 async def _differential_python(exercise: Exercise, reference: str, mutant: str) -> str | None:

@@ -34,6 +34,7 @@ STRENGTHS = {LockClauseStrength.LCS_FORUPDATE: "FOR UPDATE", LockClauseStrength.
 WAITS = {LockWaitPolicy.LockWaitSkip: " SKIP LOCKED", LockWaitPolicy.LockWaitError: " NOWAIT",
          LockWaitPolicy.LockWaitBlock: ""}
 CLOCKS = ("now", "clock_timestamp")
+STATEMENTS = (ast.SelectStmt, ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt)
 # The clauses whose conjuncts and disjuncts are dropped or negated one at a time.
 PREDICATE_SLOTS = {ast.SelectStmt: "whereClause", ast.UpdateStmt: "whereClause", ast.DeleteStmt: "whereClause",
                    ast.JoinExpr: "quals", ast.OnConflictClause: "whereClause"}
@@ -141,7 +142,8 @@ def edits(tree: tuple, names: list[str]) -> list[Edit]:
     """Every single edit of `tree` the operators make, in a fixed order (the same tree gives the same list,
     so the n-th edit of a fresh parse is the same mutant)."""
     def said(node: ast.Node) -> str:
-        return "`" + to_named(RawStream()(node), names) + "`"
+        text = to_named(RawStream()(node), names)
+        return f"`{text if len(text) <= 72 else text[:70] + '…'}`"  # a description, not the query
 
     nodes = [(None, None, None, statement.stmt, "") for statement in tree]
     nodes += [child for statement in tree for child in _children(statement.stmt)]
@@ -173,7 +175,9 @@ def edits(tree: tuple, names: list[str]) -> list[Edit]:
         if isinstance(node, ast.ParamRef):
             for number in params:
                 if number != node.number:
-                    found.append(Edit("parameter", f"{said(parent)}: %({names[node.number - 1]})s -> "
+                    # A parameter right under a statement (its LIMIT) is named by its clause.
+                    where = attribute if isinstance(parent, STATEMENTS) else said(parent)
+                    found.append(Edit("parameter", f"{where}: %({names[node.number - 1]})s -> "
                                                    f"%({names[number - 1]})s",
                                       lambda node=node, number=number: setattr(node, "number", number)))
         if cte:  # where in the query: the same words may stand in two CTEs
