@@ -185,6 +185,9 @@ class Fate(Enum):
     CRASHED = "crashed"
 
 
+FATES = tuple(Fate)
+
+
 @dataclass(frozen=True)
 class Judged:
     mutant: Mutant
@@ -241,10 +244,10 @@ async def score(exercise: Exercise, sample_size: int | None = None, seed: int = 
         return result
     for mutant in chosen:
         result.judged.append(await judge(exercise, mutant, baseline, checker, equivalent))
+        if result.judged[-1].fate in (Fate.SURVIVED, Fate.CRASHED):  # said now: a whole run takes a while
+            progress(f"  {result.judged[-1].fate.value}: {mutant.description}")
+    progress(f"{exercise.name}: " + ", ".join(f"{result.count(fate)} {fate.value}" for fate in FATES))
     return result
-
-
-FATES = tuple(Fate)
 
 
 def report(scores: Sequence[ExerciseScore], seconds: float) -> list[str]:
