@@ -164,7 +164,9 @@ async def test_a_check_without_a_database_could_not_run(monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "postgresql://127.0.0.1:1/nowhere")
     result = await check(backoff.EXERCISE, backoff.REFERENCE, seeds=1)
     assert result.outcome is Outcome.COULD_NOT_RUN and result.outcome.exit_code == 2
-    assert result.lines[0].startswith("? The check could not run (nothing was graded): cannot connect to PostgreSQL")
+    # The policy's own checks need no database and held; the stage's scenario could not start.
+    assert result.lines[0].startswith("? The check could not run stage 07's scenario (seed 1) (no verdict: forced "
+                                      "schedules held before it): cannot connect to PostgreSQL")
 
 
 async def test_the_reference_passes_and_an_earlier_exercise_its_piece_cannot_change_is_not_run_again():

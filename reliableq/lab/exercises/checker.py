@@ -107,7 +107,10 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
         return _done(result, began)
     except (db.DatabaseUnavailable, psycopg.OperationalError, OSError) as error:
         result.outcome = Outcome.COULD_NOT_RUN
-        result.lines.append(f"? The check could not run (nothing was graded): {str(error).splitlines()[0]}")
+        reason = str(error).splitlines()[0]
+        result.lines.append(f"? The check could not run {step} (no verdict: {', '.join(result.checked)} held before "
+                            f"it): {reason}" if result.checked else
+                            f"? The check could not run (nothing was graded): {reason}")
         return _done(result, began)
     result.outcome = Outcome.PASSED
     result.lines.append(f"✓ {exercise.name} passed: {', '.join(result.checked)}.")
