@@ -1,8 +1,8 @@
-"""Exercise 05 (fencing) graded by the real checker on real PostgreSQL: a right answer spelt differently
-passes (the reference's whole check is tests/exercises/test_exercise_panel.py's, through the panel), the
-starter fails on the stage's paused worker (F=2), and the wrong answers a learner would plausibly write
-fail on the invariant each breaks. SQL PostgreSQL refuses is said with its message and the line, before
-any system runs."""
+"""Exercise 05 (fencing) graded on real PostgreSQL: right answers spelt differently hold in every forced
+schedule (the reference's whole check is tests/exercises/test_exercise_panel.py's, through the panel); the
+starter's whole check fails first on the same worker reclaiming its job; the wrong answers a learner would
+plausibly write fail on the first forced schedule that shows their mistake (`direct` alone, a few seconds
+each). SQL PostgreSQL refuses is said with its message and the line, before any system runs."""
 
 from __future__ import annotations
 
@@ -25,33 +25,87 @@ TOKEN_ONLY = (fencing.REFERENCE.replace("(status = 'RUNNING' AND lease_token = %
                        "jobs.lease_token = owned.lease_token"))
 
 
+NOT_DISTINCT = fencing.REFERENCE.replace("lease_token = %(lease_token)s)",
+                                         "lease_token IS NOT DISTINCT FROM %(lease_token)s)")
+OWNER = "(status = 'RUNNING' AND lease_token = %(lease_token)s)"
+GROUP_OWNER = "(jobs.status = 'RUNNING' AND jobs.lease_token = owned.lease_token)"
+
+
+def fenced_by(owner: str, group_owner: str, win_per_claim: bool = True) -> str:
+    """The reference with another owner condition in the four WHEREs (and job_succeed's group)."""
+    text = fencing.REFERENCE.replace(OWNER, owner).replace(GROUP_OWNER, group_owner)
+    return text if win_per_claim else text.replace(" AND f.lease_token = owned.lease_token", "")
+
+
+# The owner named by its worker: the same worker's reclaim looks like the old claim.
+BY_WORKER = fenced_by("(status = 'RUNNING' AND worker_id = (SELECT worker_id FROM job_attempts "
+                      "WHERE lease_token = %(lease_token)s))",
+                      "(jobs.status = 'RUNNING' AND jobs.worker_id = (SELECT worker_id FROM job_attempts a "
+                      "WHERE a.lease_token = owned.lease_token))", win_per_claim=False)
+STATUS_ONLY = fenced_by("status = 'RUNNING'", "jobs.status = 'RUNNING'", win_per_claim=False)
+# A live lease instead of the token: a reclaim's new lease is live too.
+LEASE_LIVE = fenced_by("(status = 'RUNNING' AND lease_expires_at > now())",
+                       "(jobs.status = 'RUNNING' AND jobs.lease_expires_at > now())", win_per_claim=False)
+# The token checked in a subquery over the statement's snapshot: a write that waited for the reclaim's row
+# lock joins the new row to the old one it read, instead of re-checking the token on the row.
+SNAPSHOT = fenced_by("id IN (SELECT id FROM jobs WHERE status = 'RUNNING' AND lease_token = %(lease_token)s)",
+                     "jobs.id IN (SELECT j.id FROM jobs j WHERE j.status = 'RUNNING' "
+                     "AND j.lease_token = owned.lease_token)")
+# Fenced so hard that nobody wins, the current owner included.
+NEVER = fenced_by("false", "false")
+
+
 def test_the_starter_and_reference_come_from_the_shipped_queries():
     """No `%(fenced)s` switch is left in either; the starter marks where the condition goes."""
     assert "fenced" not in fencing.STARTER and "fenced" not in fencing.REFERENCE
     assert fencing.STARTER.count(fencing.MARK) == len(fencing.QUERIES)
-    assert TOKEN_ONLY != fencing.REFERENCE and WIN_PER_JOB != fencing.REFERENCE
+    for text in (TOKEN_ONLY, WIN_PER_JOB, NOT_DISTINCT, BY_WORKER, STATUS_ONLY, LEASE_LIVE, SNAPSHOT, NEVER):
+        assert text != fencing.REFERENCE
 
 
-async def test_the_token_without_the_status_passes_too():
-    result = await check(fencing.EXERCISE, TOKEN_ONLY, seed=1, seeds=1)
-    assert result.outcome is Outcome.PASSED, result.text()
-
-
-async def test_the_starter_fails_with_the_stages_double_finalize():
+async def test_the_starter_fails_first_on_the_same_worker_reclaiming_its_job():
+    """The one whole check of this file (the reference's is the panel test's): the forced schedules run
+    first, so the learner reads their mistake in the schedule that shows it, not the stage's F=2."""
     result = await check(fencing.EXERCISE, fencing.STARTER, seed=1, seeds=1)
     assert result.outcome is Outcome.FAILED
-    assert result.lines[0].startswith("✗ Broken: stage 05's paused worker")
-    assert "job job-1, finalized 2" in result.text()
+    assert result.lines[:2] == [
+        "✗ Broken: after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead each lose "
+        "and change nothing",
+        "  job job-1, reclaimed by the same worker (worker-1), your renew for the old claim won, and changed the job"]
 
 
-@pytest.mark.parametrize("wrong", [SUCCEED_ONLY, WIN_PER_JOB], ids=["succeed-only", "win-per-job"])
-async def test_plausible_wrong_answers_fail_on_the_forced_interleaving_they_miss(wrong):
-    """Three chaos seeds let the per-job win through (a false accept, before the forced group); the
-    direct checks force both interleavings every time."""
-    result = await check(fencing.EXERCISE, wrong, seed=1, seeds=1)
-    assert result.outcome is Outcome.FAILED, result.text()
-    invariant = "stale owner's renew" if wrong is SUCCEED_ONLY else "only the current claim wins"
-    assert invariant in result.lines[0]
+@pytest.mark.parametrize("right", [fencing.REFERENCE, TOKEN_ONLY, NOT_DISTINCT],
+                         ids=["reference", "token-without-status", "is-not-distinct-from"])
+async def test_right_answers_hold_in_every_forced_schedule(right):
+    assert [c for c in await fencing.direct(fencing.load(right), seed=1) if not c.held] == []
+
+
+AFTER_RECLAIM = "after the same worker reclaimed a job"
+OLD = {"reclaimed by": "the same worker (worker-1)"}
+
+
+@pytest.mark.parametrize("wrong, invariant, said", [
+    (SUCCEED_ONLY, AFTER_RECLAIM, OLD | {"job": "job-3", "your retry for the old claim": "won, and the job went "
+                                                                                        "RUNNING -> PENDING"}),
+    (BY_WORKER, AFTER_RECLAIM, OLD | {"job": "job-2", "your succeed for the old claim": "won, and the job went "
+                                                                                       "RUNNING -> SUCCEEDED"}),
+    (STATUS_ONLY, AFTER_RECLAIM, OLD | {"job": "job-4", "your dead for the old claim": "won, and the job went "
+                                                                                      "RUNNING -> DEAD"}),
+    (LEASE_LIVE, AFTER_RECLAIM, OLD | {"job": "job-2", "your succeed for the old claim": "won, and the job went "
+                                                                                        "RUNNING -> SUCCEEDED"}),
+    (WIN_PER_JOB, "in one grouped success", {"job": "job-5", "group": "old claim first", "old claim won": True,
+                                             "current claim won": True}),
+    (SNAPSHOT, "an old claim's write that waited for a reclaim still in progress",
+     OLD | {"job": "job-9", "your retry for the old claim": "won, and the job went RUNNING -> PENDING"}),
+    (NEVER, "the current claim's renew, succeed, retry and dead win",
+     {"job": "job-2", "your succeed for the current claim": "lost"}),
+], ids=["succeed-only", "by-worker-id", "status-only", "live-lease-not-token", "win-per-job",
+        "token-read-from-the-snapshot", "fences-everyone"])
+async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
+    checks = await fencing.direct(fencing.load(wrong), seed=1)
+    first = next(c for c in checks if not c.held)
+    assert first.name.startswith(invariant), first
+    assert said in first.violations, first.violations
 
 
 async def test_sql_postgresql_refuses_is_said_with_its_message_and_line():

@@ -1,7 +1,8 @@
-"""Exercise 03 (skip-locked) graded by the real checker on real PostgreSQL: the reference and a right answer
-spelt differently pass, the starter fails with each job claimed twice (A=2), and the wrong answers a
-learner would plausibly write fail on the invariant each breaks, in the race the check forces one step
-at a time. SQL PostgreSQL refuses is said with its message and the line, before any system runs."""
+"""Exercise 03 (skip-locked) graded on real PostgreSQL: the reference passes the whole check, forced
+schedules first; right answers spelt differently hold in every forced schedule; the wrong answers a
+learner would plausibly write fail on the first forced schedule that shows their mistake (most tests call
+`direct` alone: a second, not a whole check's 15). SQL PostgreSQL refuses is said with its message and
+the line, before any system runs."""
 
 from __future__ import annotations
 
@@ -21,6 +22,17 @@ NO_KEY_IN_SUBQUERY = (skip_locked.REFERENCE.replace(LOCK, "FOR NO KEY UPDATE SKI
 FOR_UPDATE = skip_locked.REFERENCE.replace(LOCK, "FOR UPDATE")
 # Fails at once instead of skipping.
 NOWAIT = skip_locked.REFERENCE.replace(LOCK, "FOR UPDATE NOWAIT")
+# Locks claimers can share: two claims read the same rows, then one waits for the other's update.
+SHARE_SKIP = skip_locked.REFERENCE.replace(LOCK, "FOR SHARE SKIP LOCKED")
+KEY_SHARE_SKIP = skip_locked.REFERENCE.replace(LOCK, "FOR KEY SHARE SKIP LOCKED")
+# Due without its time: a retry's backoff is ignored.
+NO_RUN_AT = skip_locked.REFERENCE.replace("(status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now()))",
+                                          "status = 'PENDING'")
+# Any RUNNING job counts as due, its lease live or not.
+ANY_RUNNING = skip_locked.REFERENCE.replace("""       OR (%(reclaim_expired)s AND status = 'RUNNING'
+           AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+""", """       OR (%(reclaim_expired)s AND status = 'RUNNING'
+""")
 # Locks the due rows, then marks every PENDING row: the UPDATE re-selects by status, not by the locked ids.
 BY_STATUS = skip_locked.REFERENCE.replace(
     "    FROM due\n    WHERE jobs.id = due.id\n",
@@ -32,44 +44,57 @@ def test_the_starter_and_reference_come_from_the_shipped_claim():
     assert skip_locked.shipped() in skip_locked.REFERENCE
     assert "FOR UPDATE" not in skip_locked.STARTER and skip_locked.MARK in skip_locked.STARTER
     assert skip_locked.STARTER.replace(skip_locked.MARK, LOCK) == skip_locked.REFERENCE
-    for text in (NO_KEY_IN_SUBQUERY, FOR_UPDATE, NOWAIT, BY_STATUS):
+    for text in (NO_KEY_IN_SUBQUERY, FOR_UPDATE, NOWAIT, BY_STATUS, SHARE_SKIP, KEY_SHARE_SKIP, NO_RUN_AT, ANY_RUNNING):
         assert text != skip_locked.REFERENCE
 
 
-async def test_the_reference_passes():
+async def test_the_reference_passes_forced_schedules_first():
+    """The one whole check of this file: the forced schedules run before the stage's scenario."""
     result = await check(skip_locked.EXERCISE, skip_locked.REFERENCE, seed=1, seeds=1)
     assert result.outcome is Outcome.PASSED, result.text()
+    assert result.checked[:2] == ["forced schedules", "stage 03's scenario (seed 1)"]
 
 
-async def test_a_weaker_lock_and_another_statement_shape_pass_too():
-    result = await check(skip_locked.EXERCISE, NO_KEY_IN_SUBQUERY, seed=1, seeds=1)
-    assert result.outcome is Outcome.PASSED, result.text()
+@pytest.mark.parametrize("right", [skip_locked.REFERENCE, NO_KEY_IN_SUBQUERY], ids=["reference", "no-key-in-subquery"])
+async def test_right_answers_hold_in_every_forced_schedule(right):
+    checks = await skip_locked.direct(skip_locked.load(right), seed=1)
+    assert [c for c in checks if not c.held] == []
 
 
-async def test_the_starter_fails_with_each_job_claimed_twice():
-    """As the stage showed with skip_locked off: both workers take all four jobs."""
-    result = await check(skip_locked.EXERCISE, skip_locked.STARTER, seed=1, seeds=1)
-    assert result.outcome is Outcome.FAILED
-    assert result.lines[:5] == ["✗ Broken: stage 03's two workers: each job is claimed by one worker (A=1) "
-                                "[claims: worker-1 4, worker-2 4]", *(f"  job job-{n}, A 2" for n in range(1, 5))]
-
-
-async def test_the_forced_race_shows_a_claim_without_a_lock_taking_a_held_job():
-    checks = await skip_locked.direct(skip_locked.load(skip_locked.STARTER), seed=1)
-    assert checks[0].violations == [{"job": f"job-{n}", "A": 2, "claimed by": "claimer-A and claimer-B"}
-                                    for n in (1, 2)]
+SAME_MOMENT = "4 claims that read the due jobs at the same moment"
+TAKEN_BY_ALL = {"job": "job-1", "A": 4, "claimed by": "claimer-A and claimer-B and claimer-C and claimer-D"}
 
 
 @pytest.mark.parametrize("wrong, invariant, said", [
-    (FOR_UPDATE, "it neither waits for that claimer's lock nor fails", "claimer B waited for claimer A's lock"),
-    (NOWAIT, "it neither waits for that claimer's lock nor fails", "claimer B failed: could not obtain lock on row"),
-    (BY_STATUS, "a claim takes at most as many jobs as it asks for", "claimer A asked for 2, took job-1, job-2, job-3"),
-], ids=["for-update-waits", "nowait-fails", "update-by-status"])
-async def test_plausible_wrong_answers_fail_on_the_forced_race(wrong, invariant, said):
-    result = await check(skip_locked.EXERCISE, wrong, seed=1, seeds=1)
-    assert result.outcome is Outcome.FAILED, result.text()
-    assert invariant in result.lines[0], result.text()
-    assert said in result.text()
+    (skip_locked.STARTER, f"{SAME_MOMENT} take different jobs", TAKEN_BY_ALL),
+    (KEY_SHARE_SKIP, f"{SAME_MOMENT} take different jobs", TAKEN_BY_ALL),
+    (SHARE_SKIP, f"{SAME_MOMENT} neither wait for each other nor fail", "waited for"),
+    (FOR_UPDATE, f"{SAME_MOMENT} neither wait for each other nor fail", "waited for"),
+    (NOWAIT, f"{SAME_MOMENT} neither wait for each other nor fail", "could not obtain lock on row"),
+    (BY_STATUS, "a claim takes the due jobs it is asked for", "claim it: its lease ran out and an attempt is left"),
+    (NO_RUN_AT, "a claim takes only due jobs", {"job": "job-2", "was": "PENDING, run_at an hour ahead",
+                                                "with": "reclaim_expired on, enforce_budget on", "yours": "claimed it",
+                                                "right": "leave it: its run_at is still ahead (a retry's backoff)"}),
+    (ANY_RUNNING, "a claim takes only due jobs", "leave it: its lease is live: another worker is running it"),
+], ids=["no-lock", "for-key-share-skip-locked", "for-share-skip-locked", "for-update-waits", "nowait-fails",
+        "update-by-status", "ignores-run-at", "takes-live-leases"])
+async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
+    """The first broken check is the one the checker shows: it names the mistake in its schedule."""
+    checks = await skip_locked.direct(skip_locked.load(wrong), seed=1)
+    first = next(c for c in checks if not c.held)
+    assert first.name.startswith(invariant), first
+    if isinstance(said, dict):
+        assert said in first.violations, first.violations
+    else:
+        assert said in str(first.violations), first.violations
+
+
+async def test_a_claim_that_waits_for_a_held_transaction_is_named_in_that_schedule_too():
+    """The held-transaction schedule on its own: B meets the jobs A's open transaction holds."""
+    checks = await skip_locked.direct(skip_locked.load(FOR_UPDATE), seed=1)
+    held = checks[-1]
+    assert held.name.startswith("while claimer A's claim holds two jobs")
+    assert {"claimer B": "waited for claimer A's lock"} in held.violations
 
 
 async def test_sql_postgresql_refuses_is_said_with_its_message_and_line():

@@ -118,6 +118,8 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     answer is what it did to the job."""
     learner = {name: pieces.queue_queries[name] for name in QUERIES}
     async with schedules.scratch() as scratch:
+        # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
+        await learner_code.try_queries(learner, FILENAME, scratch.url, _TRY_PARAMS)
         queue = Queue(scratch.pool, Mechanisms(), replaced_queries=learner)
         after_reclaim, current_lost, blocked, racing = [], [], [], []
         for write in WRITES:

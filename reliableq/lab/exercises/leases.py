@@ -11,10 +11,10 @@ import re
 from datetime import timedelta
 
 from reliableq.config import Mechanisms
-from reliableq.lab.exercises import schedules
+from reliableq.lab.exercises import learner_code, schedules
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import load_queries
-from reliableq.lab.exercises.skip_locked import QUERY, claim_file, shipped, try_claim
+from reliableq.lab.exercises.skip_locked import QUERY, TRY_PARAMS, claim_file, shipped, try_claim
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
@@ -97,6 +97,8 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     past, so a claim reading now(), clock_timestamp() or %(now)s gets one verdict, and nothing waits."""
     claim = pieces.queue_queries[QUERY]
     async with schedules.scratch(MECHANISMS) as scratch:
+        # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
+        await learner_code.try_queries({QUERY: claim}, FILENAME, scratch.url, TRY_PARAMS)
         expiries = []
         for lease_seconds in LEASES:
             expiries += await _expiry_wrong(scratch, claim, lease_seconds)

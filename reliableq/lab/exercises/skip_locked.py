@@ -102,6 +102,8 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     together); claimer A's claim holding its transaction open while claimer B claims."""
     claim = pieces.queue_queries.get(QUERY, shipped())
     async with schedules.scratch(MECHANISMS) as scratch:
+        # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
+        await learner_code.try_queries({QUERY: claim}, FILENAME, scratch.url, TRY_PARAMS)
         runs = [await schedules.claim_over_every_state(scratch, claim, reclaim, enforce)
                 for reclaim, enforce in SWITCHES]
         await scratch.run("lab_jobs_clear")
