@@ -31,36 +31,20 @@ from itertools import product
 
 from reliableq.config import WorkerSettings
 from reliableq.finalize_decision import DECISIONS
-from reliableq.lab.exercises import EXERCISES, commit_before_ack, dead
+from reliableq.lab.exercises import EXERCISES, commit_before_ack, dead, mutants_python, mutants_sql
 from reliableq.lab.exercises.checker import CheckResult, Outcome, check
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError
+from reliableq.lab.exercises.mutant import Mutant
 
 SQL_EXERCISES = ("skip-locked", "leases", "fencing", "idempotency")
 ANSWERS = {"dead": DECISIONS}  # the strings a Python exercise's function may return, swapped for one another
 CHECK_SEED = 1
 
 
-@dataclass(frozen=True)
-class Edit:
-    """One edit an operator found in a tree, not yet made."""
-    operator: str
-    description: str
-    apply: Callable[[], None]  # makes it, in place, in the tree it was found in
-
-
-@dataclass(frozen=True)
-class Mutant:
-    operator: str
-    description: str  # unique within its exercise: the key of EQUIVALENT
-    text: str  # the whole file, as a learner would have written it
-
-
 def mutants_of(exercise: Exercise) -> tuple[str, list[Mutant]]:
     """The baseline (the reference as the operators print it, so that each mutant differs from it by one
     edit) and every mutant of `exercise`'s reference, in a fixed order."""
-    # Imported here: the operators' modules import Edit and Mutant from this one.
-    from reliableq.lab.exercises import mutants_python, mutants_sql
     if exercise.name in SQL_EXERCISES:
         return mutants_sql.mutants(exercise.reference)
     return mutants_python.mutants(exercise.reference, ANSWERS.get(exercise.name, ()))

@@ -26,7 +26,7 @@ from pglast.parser import ParseError, scan
 from pglast.stream import IndentedStream, RawStream
 
 from reliableq import sql
-from reliableq.lab.exercises.mutants import Edit, Mutant
+from reliableq.lab.exercises.mutant import Edit, Mutant
 
 COMPARISONS = ("<", "<=", ">", ">=", "=", "<>")
 STRENGTHS = {LockClauseStrength.LCS_FORUPDATE: "FOR UPDATE", LockClauseStrength.LCS_FORNOKEYUPDATE: "FOR NO KEY UPDATE",
