@@ -103,3 +103,13 @@ async def test_sql_postgresql_refuses_is_said_with_its_message_and_line():
         await skip_locked.try_claim(skip_locked.load(broken), skip_locked.FILENAME)
     assert str(raised.value) == ("skip_locked.sql, query job_claim_due_skip_locked, at `), expired AS (`: "
                                  "syntax error at or near \")\"")
+
+
+async def test_sql_postgresql_refuses_only_with_the_checks_own_parameters_is_a_verdict_not_a_traceback():
+    """The one try of the claim (limit 1) passes; a forced schedule's claim of 2 divides by zero. The check
+    fails at that step with PostgreSQL's message, as a learner's other mistakes do."""
+    text = skip_locked.REFERENCE.replace("LIMIT %(limit)s", "LIMIT greatest(%(limit)s / (%(limit)s - 2), 1)")
+    result = await check(skip_locked.EXERCISE, text, seeds=0)
+    assert result.outcome is Outcome.FAILED
+    assert result.lines[0] == ("✗ PostgreSQL refused a statement during forced schedules (your SQL runs there): "
+                               "division by zero [22012]")

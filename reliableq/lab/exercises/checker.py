@@ -105,19 +105,39 @@ async def check(exercise: Exercise, text: str, seed: int = 1, seeds: int = DEFAU
                          "A loop that never ends, or a statement that waits for a lock, looks like this.",
                          f"  Replay it: {replay}"]
         return _done(result, began)
-    except (db.DatabaseUnavailable, psycopg.OperationalError, OSError) as error:
-        result.outcome = Outcome.COULD_NOT_RUN
-        reason = str(error).splitlines()[0]
-        result.lines.append(f"? The check could not run {step} (no verdict: {', '.join(result.checked)} held before "
-                            f"it): {reason}" if result.checked else
-                            f"? The check could not run (nothing was graded): {reason}")
+    except psycopg.Error as error:
+        if _unreachable(error):
+            return _could_not_run(result, step, error, began)
+        # Most likely the learner's SQL, with parameters its one try did not meet (a type, a NULL where a value
+        # must be): a verdict at the step, not a traceback.
+        result.lines += [f"✗ PostgreSQL refused a statement during {step} (your SQL runs there): "
+                         f"{error.diag.message_primary or error} [{error.sqlstate}]", f"  Replay it: {replay}"]
         return _done(result, began)
+    except (db.DatabaseUnavailable, OSError) as error:
+        return _could_not_run(result, step, error, began)
     result.outcome = Outcome.PASSED
     result.lines.append(f"✓ {exercise.name} passed: {', '.join(result.checked)}.")
     skipped = [before.name for before, _ in earlier if before not in again]
     if skipped:
         result.lines.append(f"  Not run again, as nothing that may have changed since they passed runs in their "
                             f"stages: {', '.join(skipped)}.")
+    return _done(result, began)
+
+
+def _unreachable(error: psycopg.Error) -> bool:
+    """Whether `error` is the server's absence (no connection, a dropped one, a pool timeout), not a
+    refusal of what was sent: an OperationalError without an SQLSTATE, or of class 08 (connection) or
+    57P (the server shutting down)."""
+    state = error.sqlstate or ""
+    return isinstance(error, psycopg.OperationalError) and (not state or state.startswith(("08", "57P")))
+
+
+def _could_not_run(result: CheckResult, step: str, error: BaseException, began: float) -> CheckResult:
+    result.outcome = Outcome.COULD_NOT_RUN
+    reason = str(error).splitlines()[0]
+    result.lines.append(f"? The check could not run {step} (no verdict: {', '.join(result.checked)} held before "
+                        f"it): {reason}" if result.checked else
+                        f"? The check could not run (nothing was graded): {reason}")
     return _done(result, began)
 
 

@@ -3,7 +3,8 @@
 A mutant is the reference with one plausible mistake in it (mutants_sql.py edits PostgreSQL's syntax
 tree, mutants_python.py Python's). The checker grades it as a learner's file: its deterministic part
 only (the forced schedules and the stage's scenario, seed 1, no chaos: a mistake must be caught by what
-is forced, not by chaos luck; no earlier exercises, which grade other code). Each mutant is then:
+is forced, not by chaos luck), beside the earlier exercises' references as a learner's first check is
+(an earlier stage runs again only where the mutant's piece runs in it). Each mutant is then:
 
     rejected    the checker failed it
     refused     the checker would not use it, saying why ("could not be used")
@@ -133,12 +134,12 @@ def _permits_life(make: Callable, limit: int, steps: tuple[str, ...]) -> list[ob
 
 
 async def _differential_accept(reference: str, mutant: str) -> str | None:
-    """accept's whole domain: a store that commits, and one that fails; what it did in each, recorded."""
-    for store_fails in (False, True):
-        right, yours = [await commit_before_ack.trial(commit_before_ack.load(text).submission_order, store_fails)
+    """accept's whole domain: a store that commits at once, one held, one that fails; what it did in each."""
+    for store in commit_before_ack.STORES:
+        right, yours = [await commit_before_ack.trial(commit_before_ack.load(text).submission_order, store)
                         for text in (reference, mutant)]
-        if replace(right, waiting_at=None) != replace(yours, waiting_at=None):
-            return f"store {'failing' if store_fails else 'committing'}: the reference {right}, the mutant {yours}"
+        if replace(right, waiting_at=None) != replace(yours, waiting_at=None):  # its lines may be numbered apart
+            return f"{store} store: the reference {right}, the mutant {yours}"
     return None
 
 
@@ -180,12 +181,25 @@ class Judged:
 
 
 Checker = Callable[..., Awaitable[CheckResult]]
+# A right answer's deterministic part takes a few seconds; a mutant that makes a run wait out the checker's
+# own deadlines (minutes) is failed by them, so the score stops waiting sooner.
+MUTANT_SECONDS = 60.0
+
+
+def references_before(exercise: Exercise) -> list[tuple[Exercise, str]]:
+    """What a learner's first check of `exercise` runs beside it: the earlier exercises' references. Where
+    the mutant's piece runs in an earlier stage (the leases claim in stage 03), that stage's forced
+    schedules and scenario run again, as they would for the learner."""
+    return [(before, before.reference) for before in EXERCISES.values() if before.stage_number < exercise.stage_number]
 
 
 async def judge(exercise: Exercise, mutant: Mutant, baseline: str, checker: Checker = check,
                 equivalent: dict[str, dict[str, str]] = EQUIVALENT) -> Judged:
     try:
-        result = await checker(exercise, mutant.text, seed=CHECK_SEED, seeds=0, earlier=())
+        result = await asyncio.wait_for(checker(exercise, mutant.text, seed=CHECK_SEED, seeds=0,
+                                                earlier=references_before(exercise)), MUTANT_SECONDS)
+    except TimeoutError:  # the checker's own deadline would fail it ("the run did not finish"), later
+        return Judged(mutant, Fate.REJECTED, f"still running after {MUTANT_SECONDS:g} s: the run did not finish")
     except Exception as error:  # noqa: BLE001  (a checker that raises is what this reports)
         return Judged(mutant, Fate.CRASHED, f"{type(error).__name__}: {str(error).splitlines()[0]}")
     first = result.lines[0] if result.lines else ""
@@ -222,7 +236,7 @@ async def score(exercise: Exercise, sample_size: int | None = None, seed: int = 
     chosen = sample(mutants, sample_size, seed, exercise.name)
     result = ExerciseScore(exercise.name, baseline)
     progress(f"{exercise.name}: the baseline, then {len(chosen)} of {len(mutants)} mutants")
-    checked = await checker(exercise, baseline, seed=CHECK_SEED, seeds=0, earlier=())
+    checked = await checker(exercise, baseline, seed=CHECK_SEED, seeds=0, earlier=references_before(exercise))
     if checked.outcome is not Outcome.PASSED:
         result.baseline_failed = checked.text()
         return result
