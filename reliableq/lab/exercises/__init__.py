@@ -3,7 +3,11 @@
 Layout
     exercise      what an exercise is: the learner's file, its starter and reference, hints, checks
     learner_code  loading the learner's Python or SQL, with errors at the learner's line
-    checker       the one checker (direct checks, the stage's scenario, seeded chaos), CLI and notebook
+    checker       the one checker (forced schedules, the stage's scenario, earlier exercises, seeded chaos)
+    schedules     forcing interleavings in PostgreSQL: barriers, held transactions, blocked writes
+    virtual_clock an event loop whose clock the check controls (commit-before-ack's held store)
+    properties    whole-range checks of a pure policy: exhaustive, hypothesis, goodness of fit
+    mutant, mutants, mutants_sql, mutants_python  the grader's own test: mutants of each reference, graded
     workspace     the learner's files, backups and progress, outside any notebook
     commit_before_ack  exercise 02: the order of storing a submission and acknowledging it (Python)
     skip_locked   exercise 03: the claim's lock (SQL)

@@ -1,12 +1,14 @@
 """The one checker of every exercise, for the CLI and the notebooks alike.
 
-A check runs, in order: the learner's code loaded (a clear error at their line if it cannot be); the
-stage's failure scenario with the learner's piece in the real system, its seed fixed; the exercise's
-direct checks of that code (many seeded answers of a policy); then seeded chaos runs with the piece in
-every worker, every invariant checked. It stops at the first part that fails and says which invariant
-broke, with the shortest history that broke it and the one command that replays that run. A check that
-could not run (no database, a server that would not start) is neither a pass nor a failure. What this
-does not do: remember progress (workspace.py does).
+A check loads the learner's code (a clear error at their line if it cannot be), then runs numbered steps,
+each said as it begins: the exercise's forced schedules (deterministic: the interleavings, clocks and
+whole input ranges that break each class of mistake, each naming the mistake it shows); the stage's
+failure scenario with the learner's piece in the real system, its seed fixed; the earlier exercises
+again where their stage runs a piece that may have changed since they passed; then seeded chaos runs
+with every piece in every worker, every invariant checked. It stops at the first step that fails and
+says which invariant broke, with the rows (or the shortest history) that broke it and the one command
+that replays that run. A check that could not run (no database, a server that would not start) is
+neither a pass nor a failure. What this does not do: remember progress (workspace.py does).
 """
 
 from __future__ import annotations

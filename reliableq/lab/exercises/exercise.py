@@ -30,8 +30,9 @@ class Exercise:
     # The stage's failure scenario run with the pieces (its seed given): one check of its invariant, and
     # the run itself (for its table and timeline).
     scenario: Callable[[Pieces, int], Awaitable[tuple[Check, ScenarioResult]]]
-    # Checks of the learner's code on its own, after the scenario: a policy's answers, many and seeded;
-    # SQL under interleavings forced one step at a time (as PostgreSQL's isolation tester does).
+    # The forced schedules, run first: the learner's code under the interleavings, clocks and inputs that
+    # break each class of mistake (SQL forced one step at a time, as PostgreSQL's isolation tester does; a
+    # policy over its whole range), each Check naming the mistake it shows.
     direct: Callable[[Pieces, int], Awaitable[list[Check]]] | None = None
 
 
