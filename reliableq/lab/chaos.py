@@ -83,14 +83,15 @@ def fault_schedule(config: ChaosConfig) -> list[ScheduledFault]:
                 by_index[index] = _scheduled(index, action, point, rng)
                 break
             u -= rate
-    # Each interleaving the run should force at least once, on a job in the first half (a backlog is
-    # still there, so other workers are claiming when it happens).
-    for action, rate in bands[4:]:
+    # Every kind of fault with a rate at least once, on a job in the first half (a backlog is still there,
+    # so other workers are claiming when it happens): a small run (the exercise checker's 40 jobs) would
+    # otherwise often have no poison job, and its check of attempt budgets nothing that could break them.
+    for action, rate in bands:
         if rate > 0 and all(f.action != action for f in by_index.values()):
             free = [i for i in range(max(config.jobs // 2, 1)) if i not in by_index]
             if free:
                 index = rng.choice(free)
-                by_index[index] = _scheduled(index, action, "", rng)
+                by_index[index] = _scheduled(index, action, rng.choice(WORKER_CRASH_POINTS), rng)
     return [by_index[index] for index in sorted(by_index)]
 
 

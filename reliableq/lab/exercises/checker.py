@@ -32,8 +32,11 @@ from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioResult
 from reliableq.lab.waiting import report_step
 
-# A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it.
-CHAOS = ChaosConfig(jobs=40, lease_seconds=0.5, settle_seconds=30.0)
+# A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it. Every
+# check it makes can fire at these settings (tests/exercises/test_checker_chaos.py shows each one): a
+# budget of 20 attempts leaves the jobs the outage meets enough retries to break its bound of 5 requests
+# per job, which a budget of 5 never could.
+CHAOS = ChaosConfig(jobs=40, lease_seconds=0.5, settle_seconds=30.0, max_attempts=20)
 DEFAULT_SEEDS = 3
 SCENARIO_DEADLINE_SECONDS = 120.0  # a whole run, so a learner's endless loop or lock wait still ends
 CHAOS_DEADLINE_SECONDS = 120.0
