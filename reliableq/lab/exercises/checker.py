@@ -35,9 +35,12 @@ from reliableq.lab.waiting import report_step
 # A chaos run small enough that several fit in a minute on 2 cores, with every kind of fault in it. Every
 # check it makes can fire at these settings (tests/exercises/test_checker_chaos.py shows each one): a
 # budget of 20 attempts leaves the jobs the outage meets enough retries to break its bound of 5 requests
-# per job, which a budget of 5 never could.
-CHAOS = ChaosConfig(jobs=40, lease_seconds=0.5, settle_seconds=30.0, max_attempts=20)
-DEFAULT_SEEDS = 3
+# per job, which a budget of 5 never could. A lease of 1 s leaves a live worker 0.67 s between renewals
+# to spare: with 0.5 s, a worker starved of CPU for 0.8 s beside two CPU-burning processes lost a lease
+# (1 reference check in 10 failed "a lease was lost only by a crashed or stalled worker").
+CHAOS = ChaosConfig(jobs=40, lease_seconds=1.0, settle_seconds=30.0, max_attempts=20)
+# Chaos is the second net, after the forced schedules: two seeds (4 s each on 2 cores).
+DEFAULT_SEEDS = 2
 SCENARIO_DEADLINE_SECONDS = 120.0  # a whole run, so a learner's endless loop or lock wait still ends
 CHAOS_DEADLINE_SECONDS = 120.0
 
