@@ -39,22 +39,31 @@ DELETE FROM jobs;
 -- Put one job in the state a schedule needs, times measured from PostgreSQL's now() (the check's clock):
 -- status, attempts of a budget, due `run_in_seconds` from now, a lease running out `lease_in_seconds`
 -- from now (NULL: none; negative: ran out that long ago), with a fresh token and the open claim of it on
--- record, as a claim would have left them. Returns the job.
+-- record (its outcome %(outcome)s: NULL while open), as a claim would have left them. The token is
+-- %(lease_token)s (a fresh one if NULL): a schedule orders its tokens so that a claim comparing tokens by
+-- anything but `=` meets another job's claim. Returns the job.
 WITH put AS (
     UPDATE jobs
     SET status = %(status)s, attempts = %(attempts)s, max_attempts = %(max_attempts)s,
         run_at = now() + make_interval(secs => %(run_in_seconds)s::float8),
-        lease_token = CASE WHEN %(status)s = 'PENDING' THEN NULL ELSE gen_random_uuid() END,
+        lease_token = CASE WHEN %(status)s = 'PENDING' THEN NULL
+                           ELSE coalesce(%(lease_token)s::uuid, gen_random_uuid()) END,
         lease_expires_at = now() + make_interval(secs => %(lease_in_seconds)s::float8),
         worker_id = CASE WHEN %(status)s = 'PENDING' THEN NULL ELSE %(worker_id)s END,
         finalized_at = CASE WHEN %(status)s IN ('SUCCEEDED', 'DEAD') THEN now() END
     WHERE id = %(job_id)s
     RETURNING *
 ), opened AS (
-    INSERT INTO job_attempts (job_id, attempt, worker_id, lease_token, claimed_at, lease_expires_at)
-    SELECT id, attempts, worker_id, lease_token, now(), lease_expires_at FROM put WHERE lease_token IS NOT NULL
+    INSERT INTO job_attempts (job_id, attempt, worker_id, lease_token, claimed_at, lease_expires_at, outcome)
+    SELECT id, attempts, worker_id, lease_token, now(), lease_expires_at, %(outcome)s::text
+    FROM put WHERE lease_token IS NOT NULL
 )
 SELECT * FROM put;
+
+-- name: lab_clock
+-- The transaction's now() and the moment of asking: a claim run in this transaction read its clock
+-- between the two.
+SELECT now() AS now, clock_timestamp() AS clock;
 
 -- name: lab_job_lease_run_out
 -- The lease of the claim with %(lease_token)s ran out %(ago_seconds)s ago, on the check's clock: written
@@ -66,3 +75,39 @@ WITH job AS (
 )
 UPDATE job_attempts SET lease_expires_at = (SELECT lease_expires_at FROM job)
 WHERE lease_token = %(lease_token)s;
+
+-- name: lab_jobs_hold_shared
+-- Lock the jobs %(ids)s FOR SHARE until this transaction ends: what a claim whose lock claimers can share
+-- holds once it has read them and before it writes them.
+SELECT id FROM jobs WHERE id = ANY(%(ids)s::uuid[]) FOR SHARE;
+
+-- name: lab_bystanders
+-- Two jobs another worker runs under live leases, beside a schedule's job: ids and tokens the lowest and
+-- the highest a uuid can be, so that an owner's write matching its job or claim by `<`, `<=`, `>`, `>=`
+-- or `<>` instead of `=` (or by nothing) reaches one of them, every time. Their claims are on record, open.
+WITH put AS (
+    INSERT INTO jobs (id, payload, status, attempts, lease_token, lease_expires_at, worker_id)
+    SELECT id, '{"amount_cents": 1, "currency": "USD"}'::jsonb, 'RUNNING', 1, id, now() + interval '1 hour',
+           'worker-2'
+    FROM unnest(ARRAY['00000000-0000-0000-0000-000000000001',
+                      'ffffffff-ffff-ffff-ffff-ffffffffffff']::uuid[]) AS b(id)
+    RETURNING *
+)
+INSERT INTO job_attempts (job_id, attempt, worker_id, lease_token, claimed_at, lease_expires_at)
+SELECT id, attempts, worker_id, lease_token, now(), lease_expires_at FROM put;
+
+-- name: lab_bystanders_seen
+-- The bystanders' jobs and claims as they are now, to compare before and after a write.
+SELECT j.id, j.status, j.lease_token, j.lease_expires_at, j.run_at, j.last_error, j.finalized_at,
+       a.outcome, a.error, a.finished_at, a.lease_expires_at AS claim_expires_at
+FROM jobs AS j JOIN job_attempts AS a ON a.job_id = j.id
+WHERE j.id IN ('00000000-0000-0000-0000-000000000001', 'ffffffff-ffff-ffff-ffff-ffffffffffff')
+ORDER BY j.id;
+
+-- name: lab_claim_retoken
+-- The claim with %(old)s gets the token %(new)s, in the job and on record: a schedule orders a stale
+-- claim's token below or above the current one's, so a token compared by anything but `=` is seen.
+WITH job AS (
+    UPDATE jobs SET lease_token = %(new)s WHERE lease_token = %(old)s
+)
+UPDATE job_attempts SET lease_token = %(new)s WHERE lease_token = %(old)s;

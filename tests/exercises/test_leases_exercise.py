@@ -99,11 +99,11 @@ NONE_LEFT = "leave it: enforce_budget is on and no attempt is left (stage dead m
     (FIXED_EXPIRY, "a claim's lease expires lease_seconds", {"lease": "120 s", "expires": "30.00 s after the claim"}),
     (ANY_RUNNING, TAKES_ONLY_DUE, _state("job-3", "RUNNING, lease live for an hour more, attempt 1 of 3", "on",
                                          "claimed it", "leave it: its lease is live: another worker is running it")),
-    (NO_BUDGET, TAKES_ONLY_DUE, _state("job-5", LAST, "on", "claimed it", NONE_LEFT)),
-    (BUDGET_OFF_BY_ONE, TAKES_ONLY_DUE, _state("job-5", LAST, "on", "claimed it", NONE_LEFT)),
-    (BUDGET_ALWAYS, TAKES_DUE, _state("job-5", LAST, "off", "left it",
+    (NO_BUDGET, TAKES_ONLY_DUE, _state("job-6", LAST, "on", "claimed it", NONE_LEFT)),
+    (BUDGET_OFF_BY_ONE, TAKES_ONLY_DUE, _state("job-6", LAST, "on", "claimed it", NONE_LEFT)),
+    (BUDGET_ALWAYS, TAKES_DUE, _state("job-6", LAST, "off", "left it",
                                       "claim it: its lease ran out, and enforce_budget is off (retried for ever)")),
-    (NO_STATUS, TAKES_ONLY_DUE, {"job": "job-8", "was": "DEAD, its lease ran out on its last attempt",
+    (NO_STATUS, TAKES_ONLY_DUE, {"job": "job-9", "was": "DEAD, its lease ran out on its last attempt",
                                  "with": "reclaim_expired on, enforce_budget off", "yours": "claimed it",
                                  "right": "leave it: it is finished"}),
     (EXPIRED_LEFT_OPEN, "the claim a reclaim takes over is closed as expired",
@@ -118,6 +118,16 @@ async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_sh
     first = next(c for c in checks if not c.held)
     assert first.name.startswith(invariant), first
     assert said in first.violations, first.violations
+
+
+async def test_a_shared_lock_is_named_as_exercise_03_regressed_every_time():
+    """Found by the mutation score: the leases claim's plan reads `due` a row at a time, so two claims
+    started together met over FOR SHARE SKIP LOCKED only 1 run in 3; claimer A holding its rows read with
+    a shared lock meets it every time."""
+    shared = leases.REFERENCE.replace("FOR UPDATE SKIP LOCKED", "FOR SHARE SKIP LOCKED")
+    checks = await skip_locked.direct(leases.load(shared), seed=1)
+    held = next(c for c in checks if c.name.startswith("while claimer A has read two jobs with a lock claimers share"))
+    assert "took jobs claimer A had read, then waited for claimer A" in str(held.violations), held
 
 
 async def test_a_dropped_lock_is_named_as_exercise_03_regressed():

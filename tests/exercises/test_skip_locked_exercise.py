@@ -92,9 +92,51 @@ async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_sh
 async def test_a_claim_that_waits_for_a_held_transaction_is_named_in_that_schedule_too():
     """The held-transaction schedule on its own: B meets the jobs A's open transaction holds."""
     checks = await skip_locked.direct(skip_locked.load(FOR_UPDATE), seed=1)
-    held = checks[-1]
-    assert held.name.startswith("while claimer A's claim holds two jobs")
+    held = next(c for c in checks if c.name.startswith("while claimer A's claim holds two jobs"))
     assert {"claimer B": "waited for claimer A's lock"} in held.violations
+
+
+EXPIRED = ("    WHERE due.status = 'RUNNING' AND a.lease_token = due.lease_token\n"
+           "      AND (a.outcome IS NULL OR a.outcome = 'lost_renew')\n")
+
+
+def _expired(old: str, new: str) -> str:
+    """The reference with its `expired` condition edited."""
+    return skip_locked.REFERENCE.replace(EXPIRED, EXPIRED.replace(old, new))
+# Wrong answers the mutation score found (reliableq exercise mutants skip-locked), each a fast forced schedule.
+MUTANTS_FOUND = {
+    # The schedule the shared-lock class meets every time, whatever PostgreSQL's plan: A has read with a
+    # lock claimers share and not yet written; the same-moment schedule meets it only when both reads win
+    # the race (the leases claim's plan reads `due` a row at a time and lost it 2 runs in 3).
+    "for-share-skip-locked-held": (SHARE_SKIP, "while claimer A has read two jobs with a lock claimers share",
+                                   "took jobs claimer A had read, then waited for claimer A"),
+    "for-key-share-skip-locked-held": (KEY_SHARE_SKIP, "while claimer A has read two jobs with a lock claimers share",
+                                       "took jobs claimer A had read, then waited for claimer A"),
+    "taken-over-claim-left-open": (_expired("a.outcome IS NULL OR ", ""),
+                                   "the claim a reclaim takes over is closed as expired", "'left open'"),
+    "lost-renew-left-unclosed": (_expired(" OR a.outcome = 'lost_renew'", ""),
+                                 "the claim a reclaim takes over is closed as expired", "'lost_renew'"),
+    "closes-by-token-order": (_expired("a.lease_token = due", "a.lease_token < due"),
+                              "a claim closes no claim but the ones it takes over", "lease live for an hour more"),
+    "closes-every-open-claim": (_expired(" AND a.lease_token = due.lease_token", ""),
+                                "a claim closes no claim but the ones it takes over", "became expired"),
+    "lease-from-the-limit": (skip_locked.REFERENCE.replace("make_interval(secs => %(lease_seconds)s::float8)",
+                                                           "make_interval(secs => %(limit)s::float8)"),
+                             "a claim leaves each job it takes RUNNING for its worker", "lease expires 18.0 s"),
+    "worker-id-from-a-switch": (skip_locked.REFERENCE.replace("worker_id = %(worker_id)s",
+                                                              "worker_id = %(enforce_budget)s"),
+                                "a claim leaves each job it takes RUNNING for its worker", "worker_id 'true'"),
+}
+
+
+@pytest.mark.parametrize("wrong, invariant, said", MUTANTS_FOUND.values(), ids=MUTANTS_FOUND.keys())
+async def test_wrong_answers_the_mutation_score_found_are_named_in_a_forced_schedule(wrong, invariant, said):
+    assert wrong != skip_locked.REFERENCE
+    checks = await skip_locked.direct(skip_locked.load(wrong), seed=1)
+    broken = [c for c in checks if not c.held]
+    named = next((c for c in broken if c.name.startswith(invariant)), None)
+    assert named is not None, broken
+    assert said in str(named.violations), named.violations
 
 
 async def test_sql_postgresql_refuses_is_said_with_its_message_and_line():

@@ -61,6 +61,37 @@ def sample(mutants: list[Mutant], n: int | None, seed: int, exercise: str) -> li
 
 # -- equivalent mutants, reviewed ---------------------------------------------------------------------
 
+_CLAIM = "job_claim_due_skip_locked: "
+# The claim's mutants that behave as the reference does, in exercise 03 and 04 alike.
+_CLAIM_EQUIVALENT = {
+    _CLAIM + "due: lock FOR UPDATE SKIP LOCKED -> FOR NO KEY UPDATE SKIP LOCKED":
+        "a right answer: FOR NO KEY UPDATE conflicts with itself, so claimers still exclude each other, and "
+        "skip each other's rows",
+    _CLAIM + "due: `now()` -> clock_timestamp()": "a right answer: another clock read (issue 22, item 5)",
+    _CLAIM + "due: `now()` -> clock_timestamp() #2": "a right answer: another clock read (issue 22, item 5)",
+    _CLAIM + "due: `run_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <":
+        "the boundary instant only: a job due at exactly the claim's now() is taken by the next claim a "
+        "moment later; a right answer may write either (tests/exercises/test_leases_exercise.py, PLAIN_NOW)",
+    _CLAIM + "due: `lease_expires_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <":
+        "as run_at's `<= -> <`: a lease that runs out at exactly the claim's now() is reclaimed a moment later",
+    _CLAIM + "due: `status = 'RUNNING'`: = -> >=":
+        "admits SUCCEEDED too, whose lease_expires_at job_succeed always sets NULL: never `<= now()`",
+    _CLAIM + "expired: `due.status = 'RUNNING'` removed":
+        "a PENDING job's token names a claim its retry or replay already closed (retried, dead, expired), so "
+        "`outcome IS NULL OR = 'lost_renew'` excludes it; only an unfenced stale retry leaves one open",
+    _CLAIM + "expired: `due.status = 'RUNNING'`: = -> <=": "as `due.status = 'RUNNING'` removed: `due` holds only "
+                                                      "PENDING and RUNNING jobs, both <= 'RUNNING'",
+    _CLAIM + "expired: `due.status = 'RUNNING'`: = -> >=": "`due` holds only PENDING and RUNNING jobs: of those only "
+                                                      "RUNNING is >= 'RUNNING'",
+    _CLAIM + "expired: `a.outcome = 'lost_renew'`: = -> <=":
+        "the claim of a RUNNING job's current token is on record open or lost_renew only (any finalize by its "
+        "owner takes the job out of RUNNING), and NULL OR 'lost_renew' <= 'lost_renew' holds for both",
+    _CLAIM + "expired: `a.outcome = 'lost_renew'`: = -> >=": "as `= -> <=`: only NULL and 'lost_renew' are met",
+    _CLAIM + "expired: `now()` -> clock_timestamp()": "a right answer: the closed claim's finished_at on another clock",
+    _CLAIM + "claimed: `now()` -> clock_timestamp()": "a right answer: the expiry from another clock read",
+    _CLAIM + "claimed: `now()` -> clock_timestamp() #2": "a right answer: updated_at (and the claim's claimed_at) from "
+                                                    "another clock read",
+}
 # exercise -> mutant description -> why it behaves as the reference does. A survivor listed here is
 # still run against the reference (differential below); a difference makes it a survivor again.
 EQUIVALENT: dict[str, dict[str, str]] = {
@@ -80,6 +111,13 @@ EQUIVALENT: dict[str, dict[str, str]] = {
             "charges has two unique indexes, the key's and the primary key's, and the id is a fresh random uuid: "
             "every conflict this insert can meet is on the key",
     },
+    "skip-locked": {
+        _CLAIM + "due: `%(reclaim_expired)s` removed":
+            "the leases exercise's reference is this claim (reclaim always on from stage 04); with leases off the "
+            "queue passes lease_seconds NULL, so no claim writes an expiry and no RUNNING lease can have run out",
+        **_CLAIM_EQUIVALENT,
+    },
+    "leases": _CLAIM_EQUIVALENT,  # the same claim, its reclaim always on
     "semaphore": {
         "__init__, lines 18 and 19: `self.limit = limit` and `self.in_flight = 0` swapped":
             "two assignments to different attributes, neither reading the other",

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -97,6 +98,11 @@ async def scratch(mechanisms: Mechanisms = Mechanisms()) -> AsyncIterator[Scratc
             yield Scratch(databases.queue_url, pool, Queue(pool, mechanisms))
 
 
+def lab_query(name: str) -> str:
+    """One of sql/lab_schedules.sql's queries, for a statement a schedule runs on a connection of its own."""
+    return _S[name]
+
+
 async def waiting_or_done(scratch: Scratch, statements: Mapping[str, tuple[asyncio.Task, int]],
                           holders: Mapping[int, str] | None = None) -> dict[str, list[str]]:
     """Poll until each statement (name -> its task and backend pid) has returned or waits for a lock;
@@ -168,6 +174,7 @@ class JobState:
     lease_in_seconds: float | None = None  # None: no lease; negative: it ran out that long ago
     expired: bool = False  # a RUNNING job whose lease ran out
     over_budget: bool = False  # ... on its last attempt or past it
+    outcome: str | None = None  # the outcome on record of its current claim (None: open)
 
     def due(self, reclaim_expired: bool, enforce_budget: bool) -> bool:
         if self.status == "PENDING":
@@ -191,19 +198,28 @@ class JobState:
 
 
 RAN_OUT = -HOUR
+# No state sits on a boundary instant (run_at or an expiry exactly the claim's now()): a claim due there
+# by `<=` and one due a moment later by `<` differ by nothing a worker could see, so both are right.
 STATES = (
     JobState("PENDING, due", "PENDING"),
     JobState("PENDING, run_at an hour ahead", "PENDING", run_in_seconds=HOUR),
     JobState("RUNNING, lease live for an hour more, attempt 1 of 3", "RUNNING", 1, lease_in_seconds=HOUR),
     JobState("RUNNING, lease ran out, attempt 2 of 3 (the one before its last)", "RUNNING", 2,
              lease_in_seconds=RAN_OUT, expired=True),
+    JobState("RUNNING, lease ran out and its renewal came too late (lost_renew), attempt 2 of 3", "RUNNING", 2,
+             lease_in_seconds=RAN_OUT, expired=True, outcome="lost_renew"),
     JobState("RUNNING, lease ran out, attempt 3 of 3 (its last)", "RUNNING", 3, lease_in_seconds=RAN_OUT,
              expired=True, over_budget=True),
     JobState("RUNNING, lease ran out, attempt 4 of 3 (past its budget)", "RUNNING", 4, lease_in_seconds=RAN_OUT,
              expired=True, over_budget=True),
-    JobState("SUCCEEDED", "SUCCEEDED", 1),
-    JobState("DEAD, its lease ran out on its last attempt", "DEAD", 3, lease_in_seconds=RAN_OUT),
+    JobState("SUCCEEDED", "SUCCEEDED", 1, outcome="succeeded"),
+    JobState("DEAD, its lease ran out on its last attempt", "DEAD", 3, lease_in_seconds=RAN_OUT, outcome="expired"),
 )
+# Each state's lease token (PENDING jobs have none), in STATES order: the live lease's below every token a
+# claim takes over, the unclaimable ones above, so that a claim matching the claims it closes by `<`, `>`
+# or `<>` instead of `=` closes another job's claim, every time.
+TOKENS = tuple(uuid.UUID(int=n + 1) for n in range(len(STATES)))
+
 
 
 @dataclass
@@ -216,6 +232,8 @@ class DomainRun:
     labels: dict[str, str]  # job id (text) -> job-N
     taken: set[uuid.UUID]
     closed: dict[uuid.UUID, str | None]  # job id of each expired job taken -> the outcome of the claim taken over
+    others_closed: list[dict] = field(default_factory=list)  # claims of jobs not taken, changed by the claim
+    claimed_wrong: list[dict] = field(default_factory=list)  # jobs taken, not left as a claim must leave them
 
     def switches(self) -> str:
         return (f"reclaim_expired {'on' if self.reclaim_expired else 'off'}, "
@@ -243,29 +261,73 @@ class DomainRun:
                 "right": f"{right}: {state.why(self.reclaim_expired, self.enforce_budget)}"}
 
 
+DOMAIN_LEASE_SECONDS = 30.0  # the lease the domain's claim gives, apart from its limit and every other number
+CLOCK_SLACK = 0.05  # seconds: a claim's own clock reads and the reads around it
+
+
 async def claim_over_every_state(scratch: Scratch, claim: str, reclaim_expired: bool,
                                  enforce_budget: bool) -> DomainRun:
-    """Lay out one job in each of STATES (the database emptied first), then run `claim` once, asking for
-    more jobs than there are."""
+    """Lay out one job in each of STATES (the database emptied first) and run `claim` once, asking for
+    more jobs than there are, in one transaction (the layout's clock is the claim's). Then judge what
+    it left: each job it took RUNNING for worker-1 with one more attempt, a fresh token, a lease of
+    DOMAIN_LEASE_SECONDS from the claim and the new claim on record; the claim it took over closed; every
+    other job's claim as it was."""
     await scratch.run("lab_jobs_clear")
     ids = await scratch.submit(len(STATES))
-    for job_id, state in zip(ids, STATES, strict=True):
-        await scratch.run("lab_job_put", {
-            "job_id": job_id, "status": state.status, "attempts": state.attempts, "max_attempts": state.max_attempts,
-            "run_in_seconds": state.run_in_seconds, "lease_in_seconds": state.lease_in_seconds,
-            "worker_id": "worker-0"})
-    async with await scratch.connect() as conn:
-        rows = await claim_once(conn, claim, worker_id="worker-1", limit=len(STATES) * 2,
-                                reclaim_expired=reclaim_expired, enforce_budget=enforce_budget)
     states = dict(zip(ids, STATES, strict=True))
+    tokens = dict(zip(ids, TOKENS, strict=True))
+    async with await scratch.connect(autocommit=False) as conn:
+        for job_id, state in states.items():
+            await conn.execute(_S["lab_job_put"], {
+                "job_id": job_id, "status": state.status, "attempts": state.attempts,
+                "max_attempts": state.max_attempts, "run_in_seconds": state.run_in_seconds,
+                "lease_in_seconds": state.lease_in_seconds, "worker_id": "worker-0", "lease_token": tokens[job_id],
+                "outcome": state.outcome})
+        rows = await claim_once(conn, claim, worker_id="worker-1", limit=len(STATES) * 2,
+                                reclaim_expired=reclaim_expired, enforce_budget=enforce_budget,
+                                lease_seconds=DOMAIN_LEASE_SECONDS)
+        clock = await (await conn.cursor(row_factory=dict_row).execute(_S["lab_clock"])).fetchone()
+        await conn.commit()
+    labels = job_labels(ids)
     taken = {row["id"] for row in rows}
-    closed = {}
-    for job_id in taken:
-        if states[job_id].expired:
-            first = (await scratch.shipped.attempts_of(job_id))[0]
-            closed[job_id] = first["outcome"]
-    return DomainRun(reclaim_expired, enforce_budget, states, job_labels(ids),
-                     taken, closed)
+    closed, others_closed, claimed_wrong = {}, [], []
+    lease = timedelta(seconds=DOMAIN_LEASE_SECONDS)
+    slack = timedelta(seconds=CLOCK_SLACK)
+    for job_id, state in states.items():
+        records = await scratch.shipped.attempts_of(job_id)
+        said = {"job": labels[str(job_id)], "was": state.said}
+        if job_id not in taken:
+            changed = [r["outcome"] for r in records if r["outcome"] != state.outcome]
+            if changed or len(records) != (0 if state.status == "PENDING" else 1):
+                yours = (f"left it, yet its claim on record became {changed[0]}" if changed
+                         else f"left it, yet it has {len(records)} claims on record")
+                others_closed.append(said | {"yours": yours,
+                                             "right": "the claim takes over no claim of a job it does not take"})
+            continue
+        if state.expired:
+            closed[job_id] = records[0]["outcome"]
+        job = await scratch.shipped.get(job_id)
+        new = [r for r in records if r["lease_token"] == job.lease_token]
+        wrong = []
+        if job.status != "RUNNING":
+            wrong.append(f"status {job.status}")
+        if job.worker_id != "worker-1":
+            wrong.append(f"worker_id {job.worker_id!r} (the claimer is 'worker-1')")
+        if job.attempts != state.attempts + 1:
+            wrong.append(f"attempts {job.attempts} (it was {state.attempts})")
+        if job.lease_token is None or (state.status != "PENDING" and job.lease_token == tokens[job_id]):
+            wrong.append("no fresh lease token")
+        expires = job.lease_expires_at
+        if expires is None or not clock["now"] + lease - slack <= expires <= clock["clock"] + lease + slack:
+            wrong.append("lease never expires" if expires is None else
+                         f"lease expires {(expires - clock['now']).total_seconds():.1f} s after the claim "
+                         f"(lease_seconds {DOMAIN_LEASE_SECONDS:g})")
+        if len(new) != 1 or new[0]["outcome"] is not None or new[0]["attempt"] != job.attempts \
+                or new[0]["worker_id"] != job.worker_id:
+            wrong.append("its new claim not on record as opened (attempt, worker, token, no outcome)")
+        if wrong:
+            claimed_wrong.append(said | {"yours": "; ".join(wrong)})
+    return DomainRun(reclaim_expired, enforce_budget, states, labels, taken, closed, others_closed, claimed_wrong)
 
 
 def domain_checks(runs: list[DomainRun], closing: bool = False) -> list[Check]:
@@ -278,6 +340,11 @@ def domain_checks(runs: list[DomainRun], closing: bool = False) -> list[Check]:
                     "whose lease ran out (with an attempt left, or enforce_budget off)",
                     [row for run in runs for row in run.left_due()])]
     if closing:
-        checks.append(Check("the claim a reclaim takes over is closed as expired",
-                            [row for run in runs for row in run.not_closed()]))
+        checks.append(Check("the claim a reclaim takes over is closed as expired (whether open or its renewal "
+                            "lost)", [row for run in runs for row in run.not_closed()]))
+    checks += [Check("a claim closes no claim but the ones it takes over",
+                     [row for run in runs for row in run.others_closed]),
+               Check("a claim leaves each job it takes RUNNING for its worker: one more attempt, a fresh lease token, "
+                     "a lease of lease_seconds from the claim on PostgreSQL's clock, the new claim on record",
+                     [row for run in runs for row in run.claimed_wrong])]
     return checks

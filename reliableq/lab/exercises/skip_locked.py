@@ -97,9 +97,11 @@ SWITCHES = ((True, True), (True, False))
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
     """Forced on a scratch database, in order: one claim over a job in every state (due, not yet due,
-    under a live lease, out of attempts, finished); four claims that have all read the due jobs before
-    any of them writes one (held at a barrier in front of every update of a job row, then let go
-    together); claimer A's claim holding its transaction open while claimer B claims."""
+    under a live lease, out of attempts, finished), judged on what it leaves too; four claims that have
+    all read the due jobs before any of them writes one (held at a barrier in front of every update of a
+    job row, then let go together); claimer A's claim holding its transaction open while claimer B
+    claims; claimer B claiming while claimer A holds two jobs read with a lock claimers share, not yet
+    written (the moment two such claims meet, made to happen whatever PostgreSQL's plan and timing)."""
     claim = pieces.queue_queries.get(QUERY, shipped())
     async with schedules.scratch(MECHANISMS) as scratch:
         # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
@@ -110,7 +112,9 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
         same_moment = await _read_at_the_same_moment(scratch, claim)
         await scratch.run("lab_jobs_clear")
         held = await _claimed_while_another_holds(scratch, claim)
-    return [*schedules.domain_checks(runs), *same_moment, held]
+        await scratch.run("lab_jobs_clear")
+        shared = await _claimed_while_another_reads(scratch, claim)
+    return [*schedules.domain_checks(runs, closing=True), *same_moment, held, shared]
 
 
 async def _claim(conn: psycopg.AsyncConnection, claim: str, worker_id: str, limit: int) -> list[dict]:
@@ -188,6 +192,47 @@ async def _claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -
                       "jobs due": len(ids)})
     return Check("while claimer A's claim holds two jobs (its transaction open), claimer B's claim skips them: it "
                  "takes the other two at once, neither waiting nor failing", wrong)
+
+
+async def _claimed_while_another_reads(scratch: schedules.Scratch, claim: str) -> Check:
+    """Four due jobs: claimer A has read the first two with a lock claimers share (FOR SHARE) and not yet
+    written them, as a claim whose lock can be shared stands between its read and its update; claimer B
+    asks for two, and must pass over A's and take the other two at once. Started together, two such
+    claims meet here only when PostgreSQL happens to run both reads before either update (the plan reads
+    `due` lazily, a row at a time): held open here, they meet every time. A lock claimers can share
+    (FOR SHARE, FOR KEY SHARE, none) takes A's jobs and then waits for A."""
+    ids = await scratch.submit(4)
+    labels = job_labels(ids)
+    async with (await scratch.connect(autocommit=False) as held, await scratch.connect() as other):
+        await held.execute(schedules.lab_query("lab_jobs_hold_shared"), {"ids": ids[:2]})
+        b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2))
+        try:
+            waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
+                                                    holders={held.info.backend_pid: "claimer-A"})
+        except TimeoutError:
+            b_claim.cancel()
+            raise
+        await held.rollback()
+        rows, b_failed = await schedules.outcome(b_claim)
+    taken_by_b = {row["id"] for row in rows or ()}
+    read_by_a = set(ids[:2])
+
+    def named(jobs: set) -> str:
+        return ", ".join(labels[str(job_id)] for job_id in ids if job_id in jobs) or "none"
+    wrong = []
+    if waits:
+        wrong.append({"claimer B": "took jobs claimer A had read, then waited for claimer A to write them",
+                      "jobs A had read": named(read_by_a)})
+    elif taken_by_b & read_by_a:
+        wrong.append({"claimer B": "took jobs claimer A had read", "jobs": named(taken_by_b & read_by_a)})
+    if b_failed:
+        wrong.append({"claimer B": f"failed: {b_failed}"})
+    if not wrong and len(taken_by_b - read_by_a) < 2:
+        wrong.append({"claimer B asked for": 2, "took": named(taken_by_b), "while A had read": named(read_by_a),
+                      "jobs due": len(ids)})
+    return Check("while claimer A has read two jobs with a lock claimers share (FOR SHARE) and not yet written "
+                 "them, claimer B's claim passes over them: your lock must be one no other claim's read can "
+                 "share, so B takes the other two at once", wrong)
 
 
 async def try_claim(pieces: Pieces, filename: str) -> None:
