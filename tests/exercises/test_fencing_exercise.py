@@ -85,20 +85,20 @@ OLD = {"reclaimed by": "the same worker (worker-1)"}
 
 
 @pytest.mark.parametrize("wrong, invariant, said", [
-    (SUCCEED_ONLY, AFTER_RECLAIM, OLD | {"job": "job-3", "your retry for the old claim": "won, and the job went "
+    (SUCCEED_ONLY, AFTER_RECLAIM, OLD | {"job": "job-5", "your retry for the old claim": "won, and the job went "
                                                                                         "RUNNING -> PENDING"}),
-    (BY_WORKER, AFTER_RECLAIM, OLD | {"job": "job-2", "your succeed for the old claim": "won, and the job went "
+    (BY_WORKER, AFTER_RECLAIM, OLD | {"job": "job-3", "your succeed for the old claim": "won, and the job went "
                                                                                        "RUNNING -> SUCCEEDED"}),
-    (STATUS_ONLY, AFTER_RECLAIM, OLD | {"job": "job-4", "your dead for the old claim": "won, and the job went "
+    (STATUS_ONLY, AFTER_RECLAIM, OLD | {"job": "job-7", "your dead for the old claim": "won, and the job went "
                                                                                       "RUNNING -> DEAD"}),
-    (LEASE_LIVE, AFTER_RECLAIM, OLD | {"job": "job-2", "your succeed for the old claim": "won, and the job went "
+    (LEASE_LIVE, AFTER_RECLAIM, OLD | {"job": "job-3", "your succeed for the old claim": "won, and the job went "
                                                                                         "RUNNING -> SUCCEEDED"}),
-    (WIN_PER_JOB, "in one grouped success", {"job": "job-5", "group": "old claim first", "old claim won": True,
+    (WIN_PER_JOB, "in one grouped success", {"job": "job-11", "group": "old claim first", "old claim won": True,
                                              "current claim won": True}),
     (SNAPSHOT, "an old claim's write that waited for a reclaim still in progress",
-     OLD | {"job": "job-9", "your retry for the old claim": "won, and the job went RUNNING -> PENDING"}),
+     OLD | {"job": "job-15", "your retry for the old claim": "won, and the job went RUNNING -> PENDING"}),
     (NEVER, "the current claim's renew, succeed, retry and dead win",
-     {"job": "job-2", "your succeed for the current claim": "lost"}),
+     {"job": "job-3", "your succeed for the current claim": "lost"}),
 ], ids=["succeed-only", "by-worker-id", "status-only", "live-lease-not-token", "win-per-job",
         "token-read-from-the-snapshot", "fences-everyone"])
 async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
@@ -106,6 +106,44 @@ async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_sh
     first = next(c for c in checks if not c.held)
     assert first.name.startswith(invariant), first
     assert said in first.violations, first.violations
+
+
+RETRY = SHIPPED["job_retry"]
+# Wrong answers the mutation score found (reliableq exercise mutants fencing), each named in a forced schedule.
+MUTANTS_FOUND = {
+    # The token compared by order: a stale token below or above the current one (both are forced) wins.
+    "token-compared-by-order": (fencing.REFERENCE.replace("AND lease_token = %(lease_token)s)",
+                                                          "AND lease_token <= %(lease_token)s)"),
+                                AFTER_RECLAIM, "won"),
+    # A renew that revives a lease that ran out (nobody reclaimed it yet).
+    "renew-revives-a-run-out-lease": (fencing.REFERENCE.replace("AND lease_expires_at > clock_timestamp()", ""),
+                                      "an owner's renew after its lease ran out", "ran out an hour ago"),
+    # retry's record written for every claim: another worker's claim on record becomes lost_retry.
+    "retry-records-every-claim": (fencing.REFERENCE.replace(
+        "    WHERE lease_token = %(lease_token)s AND outcome IS DISTINCT FROM 'succeeded'",
+        "    WHERE outcome IS DISTINCT FROM 'succeeded'", 1),
+        "an owner's write changes only its own job", "another worker's job or its claim on record"),
+    # last_error from the wrong parameter.
+    "retry-error-from-the-token": (fencing.REFERENCE.replace("last_error = %(error)s",
+                                                             "last_error = %(lease_token)s", 1),
+                                   "each claim's record says what its write did", "the job's last_error"),
+    # The group's rows locked with SKIP LOCKED: the owner's succeed passes over its own job while its renew
+    # holds the row.
+    "succeed-skips-its-own-job": (fencing.REFERENCE.replace("ORDER BY id FOR UPDATE",
+                                                            "ORDER BY id FOR UPDATE SKIP LOCKED"),
+                                  "the current claim's succeed, issued while its own renew holds",
+                                  "'your succeed for the current claim': 'lost'"),
+}
+
+
+@pytest.mark.parametrize("wrong, invariant, said", MUTANTS_FOUND.values(), ids=MUTANTS_FOUND.keys())
+async def test_wrong_answers_the_mutation_score_found_are_named_in_a_forced_schedule(wrong, invariant, said):
+    assert wrong != fencing.REFERENCE
+    checks = await fencing.direct(fencing.load(wrong), seed=1)
+    broken = [c for c in checks if not c.held]
+    named = next((c for c in broken if c.name.startswith(invariant)), None)
+    assert named is not None, broken
+    assert said in str(named.violations), named.violations
 
 
 async def test_sql_postgresql_refuses_is_said_with_its_message_and_line():

@@ -104,6 +104,11 @@ WORKER = "worker-1"  # the one worker of every schedule: it reclaims its own job
 # its claims apart (a write that names the owner by worker_id would pass if another worker reclaimed)
 WRITES = ("renew", "succeed", "retry", "dead")
 RETRY_DELAY = 3600.0  # a retried job is not due again within any schedule
+# The stale claim's token, below and above any random one: a token compared by `<=` or `>=` is seen.
+STALE_TOKENS = (uuid.UUID(int=2), uuid.UUID(int=2**128 - 2))
+# What the record of a claim says after its write: won, and lost (renew keeps what the reclaim wrote).
+RECORD_WON = {"renew": None, "succeed": "succeeded", "retry": "retried", "dead": "dead"}
+RECORD_LOST = {"renew": "expired", "succeed": "lost_succeed", "retry": "lost_retry", "dead": "lost_dead"}
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
@@ -121,12 +126,24 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
         # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
         await learner_code.try_queries(learner, FILENAME, scratch.url, _TRY_PARAMS)
         queue = Queue(scratch.pool, Mechanisms(), replaced_queries=learner)
-        after_reclaim, current_lost, blocked, racing = [], [], [], []
+        after_reclaim, current_lost, blocked, racing, elsewhere, records = [], [], [], [], [], []
         for write in WRITES:
-            stale, current = await _reclaimed(scratch)
-            after_reclaim += await _stale_write(scratch, queue, write, stale)
-            if not await _write(queue, write, current):
-                current_lost.append({"job": scratch.label(current.id), f"your {write} for the current claim": "lost"})
+            for stale_token in STALE_TOKENS:
+                stale, current = await _reclaimed(scratch, stale_token=stale_token)
+                bystanders = await scratch.run("lab_bystanders_seen")
+                after_reclaim += await _stale_write(scratch, queue, write, stale)
+                records += await _records_wrong(scratch, write, stale, current, won=False)
+                if not await _write(queue, write, current):
+                    current_lost.append({"job": scratch.label(current.id),
+                                         f"your {write} for the current claim": "lost"})
+                else:
+                    records += await _records_wrong(scratch, write, stale, current, won=True)
+                if await scratch.run("lab_bystanders_seen") != bystanders:
+                    elsewhere.append({"your": f"{write} of the old and of the current claim of "
+                                              f"{scratch.label(current.id)}",
+                                      "changed": "another worker's job or its claim on record"})
+        behind_renew = await _succeed_behind_renew(scratch, learner)
+        run_out = await _renew_after_run_out(scratch, queue)
         grouped = [row for order in ("old claim first", "current claim first")
                    for row in await _grouped(scratch, queue, order)]
         for write in WRITES:
@@ -136,6 +153,15 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     return [Check("after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead each lose "
                   "and change nothing", after_reclaim),
             Check("the current claim's renew, succeed, retry and dead win", current_lost),
+            Check("an owner's write changes only its own job: not another worker's job, nor its claim on record",
+                  elsewhere),
+            Check("each claim's record says what its write did: the old claim's lost_succeed, lost_retry, lost_dead "
+                  "(renew: still expired), the current claim's succeeded, retried, dead, with the error given; "
+                  "the other claim's record untouched", records),
+            Check("the current claim's succeed, issued while its own renew holds the job's row (its transaction "
+                  "open), waits for it and then wins: it never skips its own job", behind_renew),
+            Check("an owner's renew after its lease ran out, nobody having reclaimed the job yet, loses and "
+                  "changes nothing: a lease that ran out is never revived", run_out),
             Check("in one grouped success holding a job's old and current claim, only the current one wins (each "
                   "claim is told its own outcome)", grouped),
             Check("an old claim's write that waited for a reclaim still in progress loses once the reclaim commits "
@@ -144,12 +170,19 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
                   "finalize's answer is what it did", racing)]
 
 
-async def _reclaimed(scratch: schedules.Scratch, reclaim: Queue | None = None) -> tuple[Job, Job]:
-    """A new job, the only one, claimed by WORKER, its lease run out (written), and reclaimed by WORKER (on
-    `reclaim`'s connection, whose transaction may be held open): the old claim and the current one."""
+async def _reclaimed(scratch: schedules.Scratch, reclaim: Queue | None = None,
+                     stale_token: uuid.UUID | None = None) -> tuple[Job, Job]:
+    """A new job, the only one due (two bystanders beside it: another worker's, under live leases),
+    claimed by WORKER (its token made `stale_token` if given), its lease run out (written), and reclaimed
+    by WORKER (on `reclaim`'s connection, whose transaction may be held open): the old claim and the
+    current one."""
     await scratch.run("lab_jobs_clear")
+    await scratch.run("lab_bystanders")
     await scratch.submit(1)
     (stale,) = await scratch.shipped.claim(1, WORKER, 30.0)
+    if stale_token is not None:
+        await scratch.run("lab_claim_retoken", {"old": stale.lease_token, "new": stale_token})
+        stale = replace(stale, lease_token=stale_token)
     await scratch.run_out(stale)
     (current,) = await (reclaim or scratch.shipped).claim(1, WORKER, 30.0)
     if current.id != stale.id:
@@ -163,8 +196,82 @@ async def _write(queue: Queue, write: str, claim: Job) -> bool:
     if write == "succeed":
         return await queue.succeed(claim)
     if write == "retry":
-        return await queue.retry(claim, RETRY_DELAY, f"{write} of attempt {claim.attempts}")
-    return await queue.dead(claim, f"{write} of attempt {claim.attempts}")
+        return await queue.retry(claim, RETRY_DELAY, _error(write, claim))
+    return await queue.dead(claim, _error(write, claim))
+
+
+def _error(write: str, claim: Job) -> str:
+    return f"{write} of attempt {claim.attempts}"
+
+
+async def _records_wrong(scratch: schedules.Scratch, write: str, stale: Job, current: Job, won: bool) -> list[dict]:
+    """After the old claim's `write` lost (`won` False) or the current claim's won: each claim's record."""
+    records = {r["lease_token"]: r for r in await scratch.shipped.attempts_of(current.id)}
+    old, new = records.get(stale.lease_token, {}), records.get(current.lease_token, {})
+    right_old = RECORD_LOST[write]
+    right_new = RECORD_WON[write] if won else None
+    wrong = []
+    if old.get("outcome") != right_old:
+        wrong.append(f"the old claim's record {old.get('outcome') or 'open'} (right: {right_old})")
+    if new.get("outcome") != right_new:
+        wrong.append(f"the current claim's record {new.get('outcome') or 'open'} (right: {right_new or 'open'})")
+    if won and write == "renew":
+        job = await scratch.shipped.get(current.id)
+        if new.get("lease_expires_at") != job.lease_expires_at:
+            wrong.append("the current claim's record kept its old expiry (right: the renewed one, as the job's)")
+    if won and write in ("retry", "dead"):
+        job = await scratch.shipped.get(current.id)
+        if new.get("error") != _error(write, current) or job.last_error != _error(write, current):
+            wrong.append(f"error on record {new.get('error')!r}, the job's last_error {job.last_error!r} "
+                         f"(right: {_error(write, current)!r})")
+    if not wrong:
+        return []
+    return [{"job": scratch.label(current.id), "after": f"your {write} for the {'current' if won else 'old'} claim",
+             "wrong": "; ".join(wrong)}]
+
+
+async def _succeed_behind_renew(scratch: schedules.Scratch, learner: dict[str, str]) -> list[dict]:
+    """The current claim's renew runs and holds its transaction open (as a renewal does while it waits at
+    a fleet gate: the job's row stays locked); the same claim's succeed is issued, seen waiting (or done),
+    then the renew commits. A group that locks its rows with SKIP LOCKED passes over its own job here and
+    says it lost."""
+    _, current = await _reclaimed(scratch)
+    async with (await scratch.connect() as holding, await scratch.connect() as writing):
+        async with holding.transaction():
+            await _write(Queue(schedules.OneConnection(holding), Mechanisms(), replaced_queries=learner),
+                         "renew", current)
+            task = asyncio.create_task(_write(Queue(schedules.OneConnection(writing), Mechanisms(),
+                                                    replaced_queries=learner), "succeed", current))
+            try:
+                await schedules.waiting_or_done(scratch, {"succeed": (task, writing.info.backend_pid)})
+            except TimeoutError:
+                task.cancel()
+                raise
+        won, failed = await schedules.outcome(task)
+    after = await scratch.shipped.get(current.id)
+    if won and after.status == "SUCCEEDED":
+        return []
+    return [{"job": scratch.label(current.id), "your succeed for the current claim":
+             f"failed: {failed}" if failed else ("won" if won else "lost"), "the job": after.status}]
+
+
+async def _renew_after_run_out(scratch: schedules.Scratch, queue: Queue) -> list[dict]:
+    """WORKER's claim, its lease run out (written), nobody has reclaimed it: its renew must lose (a lease
+    that ran out is never revived: a fleet claim may already count its slot free) and change nothing."""
+    await scratch.run("lab_jobs_clear")
+    await scratch.submit(1)
+    (claim,) = await scratch.shipped.claim(1, WORKER, 30.0)
+    await scratch.run_out(claim)
+    before = await scratch.shipped.get(claim.id)
+    won = await _write(queue, "renew", claim)
+    after = await scratch.shipped.get(claim.id)
+    record = (await scratch.shipped.attempts_of(claim.id))[0]["outcome"]
+    if not won and _state(before) == _state(after) and record == "lost_renew":
+        return []
+    return [{"job": scratch.label(claim.id), "lease": "ran out an hour ago, not reclaimed",
+             "your renew": ("won" if won else "lost") + (", and moved the lease" if _state(before) != _state(after)
+                                                         else ""),
+             "its record": f"{record or 'open'} (right: lost_renew)"}]
 
 
 def _state(job: Job) -> tuple:

@@ -92,6 +92,14 @@ _CLAIM_EQUIVALENT = {
     _CLAIM + "claimed: `now()` -> clock_timestamp() #2": "a right answer: updated_at (and the claim's claimed_at) from "
                                                     "another clock read",
 }
+_TOKEN_NAMES_THE_JOB = ("the token names the claim: every claim writes a fresh gen_random_uuid() (unique on "
+                        "record in job_attempts), so the token condition alone picks this one job")
+_WRITTEN_ONCE = ("only the same claim writing again after its own finalize won meets it (the token is still the "
+                 "job's): the worker never does (it asks finalize_recorded before trying a lost answer again), and "
+                 "the token without the status is a right answer (tests/exercises/test_fencing_exercise.py)")
+_ONLY_RUNNING_IS_LIVE = ("renew also needs a live lease, and only a RUNNING job has one: succeed, retry and dead set "
+                         "lease_expires_at NULL, and job_dead_expired_exhausted makes DEAD only jobs whose lease "
+                         "already ran out")
 # exercise -> mutant description -> why it behaves as the reference does. A survivor listed here is
 # still run against the reference (differential below); a difference makes it a survivor again.
 EQUIVALENT: dict[str, dict[str, str]] = {
@@ -105,6 +113,121 @@ EQUIVALENT: dict[str, dict[str, str]] = {
             "two early returns on conditions that never hold together: their order cannot matter",
         "decide, lines 23 and 25: `if outcome_kind == 'permanent':` and `if attempts >= max_attempts:` swapped":
             "both return 'dead': whichever is asked first, a case either meets is dead",
+    },
+    "fencing": {
+        'job_renew_lease: renewed: `id = %(job_id)s` removed':
+            _TOKEN_NAMES_THE_JOB,
+        'job_renew_lease: renewed: `id = %(job_id)s`: = -> <=':
+            _TOKEN_NAMES_THE_JOB,
+        'job_renew_lease: renewed: `id = %(job_id)s`: = -> >=':
+            _TOKEN_NAMES_THE_JOB,
+        'job_retry: finalized: `id = %(job_id)s` removed':
+            _TOKEN_NAMES_THE_JOB,
+        'job_retry: finalized: `id = %(job_id)s`: = -> <=':
+            _TOKEN_NAMES_THE_JOB,
+        'job_retry: finalized: `id = %(job_id)s`: = -> >=':
+            _TOKEN_NAMES_THE_JOB,
+        'job_dead: finalized: `id = %(job_id)s` removed':
+            _TOKEN_NAMES_THE_JOB,
+        'job_dead: finalized: `id = %(job_id)s`: = -> <=':
+            _TOKEN_NAMES_THE_JOB,
+        'job_dead: finalized: `id = %(job_id)s`: = -> >=':
+            _TOKEN_NAMES_THE_JOB,
+        'job_succeed: finalized: `jobs.id = owned.job_id` removed':
+            _TOKEN_NAMES_THE_JOB + " (jobs.lease_token = owned.lease_token)",
+        'job_succeed: finalized: `jobs.id = owned.job_id`: = -> <=':
+            _TOKEN_NAMES_THE_JOB + " (jobs.lease_token = owned.lease_token)",
+        'job_succeed: finalized: `jobs.id = owned.job_id`: = -> >=':
+            _TOKEN_NAMES_THE_JOB + " (jobs.lease_token = owned.lease_token)",
+        'job_succeed: finalized: `jobs.id = owned.job_id`: `jobs.id` -> `owned.job_id`':
+            _TOKEN_NAMES_THE_JOB + " (jobs.lease_token = owned.lease_token)",
+        'job_succeed: finalized: `jobs.id = owned.job_id`: `owned.job_id` -> `jobs.id`':
+            _TOKEN_NAMES_THE_JOB + " (jobs.lease_token = owned.lease_token)",
+        'job_succeed: won: `f.id = owned.job_id` removed':
+            _TOKEN_NAMES_THE_JOB + " (f.lease_token = owned.lease_token)",
+        'job_succeed: won: `f.id = owned.job_id`: = -> <=':
+            _TOKEN_NAMES_THE_JOB + " (f.lease_token = owned.lease_token)",
+        'job_succeed: won: `f.id = owned.job_id`: = -> >=':
+            _TOKEN_NAMES_THE_JOB + " (f.lease_token = owned.lease_token)",
+        'job_succeed: won: `f.id = owned.job_id`: `f.id` -> `owned.job_id`':
+            _TOKEN_NAMES_THE_JOB + " (f.lease_token = owned.lease_token)",
+        'job_succeed: won: `f.id = owned.job_id`: `owned.job_id` -> `f.id`':
+            _TOKEN_NAMES_THE_JOB + " (f.lease_token = owned.lease_token)",
+        "job_renew_lease: renewed: `status = 'RUNNING'` removed":
+            _ONLY_RUNNING_IS_LIVE,
+        "job_renew_lease: renewed: `status = 'RUNNING'`: = -> <=":
+            _ONLY_RUNNING_IS_LIVE,
+        "job_renew_lease: renewed: `status = 'RUNNING'`: = -> >=":
+            _ONLY_RUNNING_IS_LIVE,
+        'job_renew_lease: renewed: `lease_expires_at > clock_timestamp()`: > -> >=':
+            "the boundary instant only: a lease expiring at exactly the renewal's clock read, live by one reading "
+            "and not the other",
+        'job_renew_lease: renewed: `clock_timestamp()` -> now()':
+            "a right answer: the new expiry from the statement's transaction start, the renewal's first statement "
+            "(milliseconds apart)",
+        'job_renew_lease: renewed: `clock_timestamp()` -> now() #2':
+            "a right answer: updated_at from another clock read",
+        'job_renew_lease: renewed: `clock_timestamp()` -> now() #3':
+            "the renewal is its transaction's first statement except under a fleet limit (chaos only, behind "
+            "job_fleet_renewal_gate), so now() and clock_timestamp() read the same moment to milliseconds; no forced "
+            "schedule holds a renewal at the gate",
+        'job_succeed: finalized: `now()` -> clock_timestamp()':
+            "a right answer: another clock read",
+        'job_succeed: finalized: `now()` -> clock_timestamp() #2':
+            "a right answer: another clock read",
+        'job_succeed: recorded: `clock_timestamp()` -> now()':
+            "a right answer: finished_at from another clock read",
+        'job_retry: finalized: `now()` -> clock_timestamp()':
+            "a right answer: another clock read",
+        'job_retry: finalized: `now()` -> clock_timestamp() #2':
+            "a right answer: another clock read",
+        'job_retry: recorded: `clock_timestamp()` -> now()':
+            "a right answer: finished_at from another clock read",
+        'job_dead: finalized: `now()` -> clock_timestamp()':
+            "a right answer: another clock read",
+        'job_dead: finalized: `now()` -> clock_timestamp() #2':
+            "a right answer: another clock read",
+        'job_dead: recorded: `clock_timestamp()` -> now()':
+            "a right answer: finished_at from another clock read",
+        'job_succeed: locked: lock FOR UPDATE -> FOR NO KEY UPDATE':
+            "a right answer: FOR NO KEY UPDATE conflicts with itself and with the UPDATE's own lock, so two groups "
+            "still lock their rows in id order",
+        "job_succeed: finalized: `jobs.status = 'RUNNING'` removed":
+            _WRITTEN_ONCE,
+        "job_succeed: finalized: `jobs.status = 'RUNNING'`: = -> <=":
+            _WRITTEN_ONCE,
+        "job_succeed: finalized: `jobs.status = 'RUNNING'`: = -> >=":
+            _WRITTEN_ONCE,
+        "job_succeed: recorded: `a.outcome IS DISTINCT FROM 'succeeded'` removed":
+            _WRITTEN_ONCE,
+        "job_succeed: recorded: `a.outcome IS DISTINCT FROM 'retried'` removed":
+            _WRITTEN_ONCE,
+        "job_succeed: recorded: `a.outcome IS DISTINCT FROM 'dead'` removed":
+            _WRITTEN_ONCE,
+        "job_retry: finalized: `status = 'RUNNING'` removed":
+            _WRITTEN_ONCE,
+        "job_retry: finalized: `status = 'RUNNING'`: = -> <=":
+            _WRITTEN_ONCE,
+        "job_retry: finalized: `status = 'RUNNING'`: = -> >=":
+            _WRITTEN_ONCE,
+        "job_retry: recorded: `outcome IS DISTINCT FROM 'succeeded'` removed":
+            _WRITTEN_ONCE,
+        "job_retry: recorded: `outcome IS DISTINCT FROM 'retried'` removed":
+            _WRITTEN_ONCE,
+        "job_retry: recorded: `outcome IS DISTINCT FROM 'dead'` removed":
+            _WRITTEN_ONCE,
+        "job_dead: finalized: `status = 'RUNNING'` removed":
+            _WRITTEN_ONCE,
+        "job_dead: finalized: `status = 'RUNNING'`: = -> <=":
+            _WRITTEN_ONCE,
+        "job_dead: finalized: `status = 'RUNNING'`: = -> >=":
+            _WRITTEN_ONCE,
+        "job_dead: recorded: `outcome IS DISTINCT FROM 'succeeded'` removed":
+            _WRITTEN_ONCE,
+        "job_dead: recorded: `outcome IS DISTINCT FROM 'retried'` removed":
+            _WRITTEN_ONCE,
+        "job_dead: recorded: `outcome IS DISTINCT FROM 'dead'` removed":
+            _WRITTEN_ONCE,
     },
     "idempotency": {
         "charge_insert_once: created: ON CONFLICT DO NOTHING: conflict target removed":
