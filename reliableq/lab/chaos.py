@@ -203,10 +203,13 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         settled = True
         try:
             if config.outage_seconds > 0:
-                # Once the backlog is gone, so that an immediate retry has nothing to queue behind.
+                # Once no more than one claim of every worker is left to claim, so that an immediate retry
+                # has little to queue behind, and while jobs still run into it: by the time the last
+                # in-flight jobs are seen finished, their charges are done (a small run met no request
+                # in its outage at all, so nothing could show retries that do not back off).
                 in_flight = config.workers * config.concurrency
-                await system.wait_until(_terminal_at_least(system, config.jobs - in_flight), config.settle_seconds,
-                                        "the backlog to drain")
+                await system.wait_until(_terminal_at_least(system, max(config.jobs - 2 * in_flight, 0)),
+                                        config.settle_seconds, "the backlog to drain")
                 charge_faults.start_outage(config.outage_seconds)
             await system.wait_settled(timeout=config.settle_seconds)
             # A stalled handler that outlived its lease resumes after the job settled: let its
