@@ -96,7 +96,7 @@ NONE_LEFT = "leave it: enforce_budget is on and no attempt is left (stage dead m
 @pytest.mark.parametrize("wrong, invariant, said", [
     (leases.STARTER, "a claim's lease expires lease_seconds", {"lease": "30 s", "expires": "never (NULL)"}),
     (NO_EXPIRY, "a claim's lease expires lease_seconds", {"lease": "30 s", "expires": "never (NULL)"}),
-    (FIXED_EXPIRY, "a claim's lease expires lease_seconds", {"lease": "120 s", "expires": "30.00 s after the claim"}),
+    (FIXED_EXPIRY, "a claim's lease expires lease_seconds", {"lease": "120 s", "expires": "30 s after the claim"}),
     (ANY_RUNNING, TAKES_ONLY_DUE, _state("job-3", "RUNNING, lease live for an hour more, attempt 1 of 3", "on",
                                          "claimed it", "leave it: its lease is live: another worker is running it")),
     (NO_BUDGET, TAKES_ONLY_DUE, _state("job-6", LAST, "on", "claimed it", NONE_LEFT)),

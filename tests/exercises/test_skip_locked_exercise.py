@@ -122,7 +122,7 @@ MUTANTS_FOUND = {
                                 "a claim closes no claim but the ones it takes over", "became expired"),
     "lease-from-the-limit": (skip_locked.REFERENCE.replace("make_interval(secs => %(lease_seconds)s::float8)",
                                                            "make_interval(secs => %(limit)s::float8)"),
-                             "a claim leaves each job it takes RUNNING for its worker", "lease expires 18.0 s"),
+                             "a claim leaves each job it takes RUNNING for its worker", "lease expires 18 s"),
     "worker-id-from-a-switch": (skip_locked.REFERENCE.replace("worker_id = %(worker_id)s",
                                                               "worker_id = %(enforce_budget)s"),
                                 "a claim leaves each job it takes RUNNING for its worker", "worker_id 'true'"),

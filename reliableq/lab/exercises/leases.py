@@ -123,7 +123,7 @@ async def _expiry_wrong(scratch: schedules.Scratch, claim: str, lease_seconds: f
     expires = claimed[0]["lease_expires_at"]
     if expires is not None and before + lease - CLOCK_SLACK <= expires <= after + lease + CLOCK_SLACK:
         return []
-    said = "never (NULL)" if expires is None else f"{(expires - before).total_seconds():.2f} s after the claim"
+    said = "never (NULL)" if expires is None else f"{(expires - before).total_seconds():.0f} s after the claim"
     return [{"lease": f"{lease_seconds:g} s", "expires": said}]
 
 

@@ -320,7 +320,7 @@ async def claim_over_every_state(scratch: Scratch, claim: str, reclaim_expired: 
         expires = job.lease_expires_at
         if expires is None or not clock["now"] + lease - slack <= expires <= clock["clock"] + lease + slack:
             wrong.append("lease never expires" if expires is None else
-                         f"lease expires {(expires - clock['now']).total_seconds():.1f} s after the claim "
+                         f"lease expires {(expires - clock['now']).total_seconds():.0f} s after the claim "
                          f"(lease_seconds {DOMAIN_LEASE_SECONDS:g})")
         if len(new) != 1 or new[0]["outcome"] is not None or new[0]["attempt"] != job.attempts \
                 or new[0]["worker_id"] != job.worker_id:
