@@ -242,11 +242,7 @@ async def _succeed_behind_renew(scratch: schedules.Scratch, learner: dict[str, s
                          "renew", current)
             task = asyncio.create_task(_write(Queue(schedules.OneConnection(writing), Mechanisms(),
                                                     replaced_queries=learner), "succeed", current))
-            try:
-                await schedules.waiting_or_done(scratch, {"succeed": (task, writing.info.backend_pid)})
-            except TimeoutError:
-                task.cancel()
-                raise
+            await schedules.waiting_or_done(scratch, {"succeed": (task, writing.info.backend_pid)})
         won, failed = await schedules.outcome(task)
     after = await scratch.shipped.get(current.id)
     if won and after.status == "SUCCEEDED":
@@ -320,11 +316,7 @@ async def _behind_reclaim_in_progress(scratch: schedules.Scratch, learner: dict[
         before = await scratch.shipped.get(stale.id)  # the last committed state: the reclaim is not yet
         task = asyncio.create_task(_write(Queue(schedules.OneConnection(writing), Mechanisms(),
                                                 replaced_queries=learner), write, stale))
-        try:
-            await schedules.waiting_or_done(scratch, {write: (task, writing.info.backend_pid)})
-        except TimeoutError:
-            task.cancel()
-            raise
+        await schedules.waiting_or_done(scratch, {write: (task, writing.info.backend_pid)})
         await reclaiming.commit()
         won, failed = await schedules.outcome(task)
     reclaimed = await scratch.shipped.get(stale.id)
@@ -352,11 +344,7 @@ async def _racing_a_reclaim(scratch: schedules.Scratch, learner: dict[str, str],
                                write, owner)
             reclaimer = Queue(schedules.OneConnection(reclaiming), Mechanisms())
             reclaim = asyncio.create_task(reclaimer.claim(1, WORKER, 30.0))
-            try:
-                await schedules.waiting_or_done(scratch, {"reclaim": (reclaim, reclaiming.info.backend_pid)})
-            except TimeoutError:
-                reclaim.cancel()
-                raise
+            await schedules.waiting_or_done(scratch, {"reclaim": (reclaim, reclaiming.info.backend_pid)})
         reclaimed, _ = await schedules.outcome(reclaim)
     after = await scratch.shipped.get(owner.id)
     if won:

@@ -108,7 +108,8 @@ async def waiting_or_done(scratch: Scratch, statements: Mapping[str, tuple[async
     """Poll until each statement (name -> its task and backend pid) has returned or waits for a lock;
     then, per statement waiting for another of them or for one of `holders` (backend pid -> name: a
     transaction the schedule holds open as a claimer would), the names of those. Waiting for a barrier
-    is the schedule, not a finding."""
+    is the schedule, not a finding. If none of that comes, every statement's task is cancelled (not left
+    running on a connection about to close) and TimeoutError raised."""
     names = {pid: name for name, (_, pid) in statements.items()} | dict(holders or {})
 
     async def settled() -> tuple[dict[str, list[str]]] | None:
@@ -121,7 +122,12 @@ async def waiting_or_done(scratch: Scratch, statements: Mapping[str, tuple[async
                 return None  # not yet at its first lock, or between two
             waits[name] = [names[b] for b in blockers if b in names]
         return (waits,)  # truthy once settled, even with nobody waiting
-    (waits,) = await wait_until(settled, SETTLE_SECONDS, "each statement of the schedule to return or wait")
+    try:
+        (waits,) = await wait_until(settled, SETTLE_SECONDS, "each statement of the schedule to return or wait")
+    except TimeoutError:
+        for task, _ in statements.values():
+            task.cancel()
+        raise
     return {name: others for name, others in waits.items() if others}
 
 

@@ -134,12 +134,7 @@ async def _read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> li
         async with schedules.barrier(scratch):
             statements = {name: (asyncio.create_task(_claim(conn, claim, name, PER_CLAIM)), conn.info.backend_pid)
                           for name, conn in conns.items()}
-            try:
-                waits = await schedules.waiting_or_done(scratch, statements)
-            except TimeoutError:
-                for task, _ in statements.values():
-                    task.cancel()
-                raise
+            waits = await schedules.waiting_or_done(scratch, statements)
         outcomes = {name: await schedules.outcome(task) for name, (task, _) in statements.items()}
     taken = {name: [row["id"] for row in rows or ()] for name, (rows, _) in outcomes.items()}
     by_job = {job_id: [name for name, jobs in taken.items() if job_id in jobs] for job_id in ids}
@@ -167,12 +162,8 @@ async def _claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -
     async with (await scratch.connect(autocommit=False) as held, await scratch.connect() as other):
         taken_by_a = {row["id"] for row in await _claim(held, claim, "claimer-A", 2)}
         b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2))
-        try:
-            waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
-                                                    holders={held.info.backend_pid: "claimer-A"})
-        except TimeoutError:
-            b_claim.cancel()
-            raise
+        waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
+                                                holders={held.info.backend_pid: "claimer-A"})
         await held.commit()
         rows, b_failed = await schedules.outcome(b_claim)
     taken_by_b = {row["id"] for row in rows or ()}
@@ -206,12 +197,8 @@ async def _claimed_while_another_reads(scratch: schedules.Scratch, claim: str) -
     async with (await scratch.connect(autocommit=False) as held, await scratch.connect() as other):
         await held.execute(schedules.lab_query("lab_jobs_hold_shared"), {"ids": ids[:2]})
         b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2))
-        try:
-            waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
-                                                    holders={held.info.backend_pid: "claimer-A"})
-        except TimeoutError:
-            b_claim.cancel()
-            raise
+        waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
+                                                holders={held.info.backend_pid: "claimer-A"})
         await held.rollback()
         rows, b_failed = await schedules.outcome(b_claim)
     taken_by_b = {row["id"] for row in rows or ()}
