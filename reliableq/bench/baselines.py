@@ -15,7 +15,7 @@ from pathlib import Path
 
 from psycopg.types.json import Jsonb
 
-from reliableq import db, sql
+from reliableq import db, scratch, sql
 from reliableq.bench import peers
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD, Profile, batch_point_jobs
 from reliableq.bench.progress import Progress
@@ -55,8 +55,8 @@ def baseline_steps(profile: Profile, scenarios: Sequence[str]) -> int:
             + len(peer_points(profile, scenarios)) * sum(map(peers.installed, peers.PEERS)))
 
 
-async def measure_baselines(profile: Profile, scenarios: Sequence[str], templates: db.Databases | None = None,
-                  progress: Progress | None = None) -> list[Baseline]:
+async def measure_baselines(profile: Profile, scenarios: Sequence[str],
+                            progress: Progress | None = None) -> list[Baseline]:
     """Every baseline of the chosen scenarios, pgbench's first, then each peer's (or a note per peer)."""
     progress = progress or Progress(0, enabled=False)
     found: list[Baseline] = []
@@ -65,7 +65,7 @@ async def measure_baselines(profile: Profile, scenarios: Sequence[str], template
         if binary is None:
             found.append(Baseline(f"pgbench-{kind}", clients, None, "pgbench not found"))
         else:
-            found.append(await pgbench(binary, kind, clients, profile.pgbench_seconds, templates))
+            found.append(await pgbench(binary, kind, clients, profile.pgbench_seconds))
         progress.step(f"pgbench {kind} c={clients}")
     for peer in peers.PEERS:
         if not peers.installed(peer):
@@ -82,12 +82,11 @@ async def measure_baselines(profile: Profile, scenarios: Sequence[str], template
     return found
 
 
-async def pgbench(binary: Path, kind: str, clients: int, seconds: float,
-                  templates: db.Databases | None = None) -> Baseline:
+async def pgbench(binary: Path, kind: str, clients: int, seconds: float) -> Baseline:
     """pgbench with the queue's table and indexes, on a fresh database of the same server."""
     tool = f"pgbench-{kind}"
     script = sql.SQL_DIR / ("bench_pgbench_insert.sql" if kind == "insert" else "bench_pgbench_claim_finalize.sql")
-    with db.scratch_databases("rq_pgbench", templates=templates) as databases:
+    with scratch.scratch_databases("rq_pgbench") as databases:
         if kind == "claim":
             # Far more due jobs than the cycle can use up: an empty queue would end a client early.
             pool = await db.open_pool_checked(databases.queue_url, max_size=1)

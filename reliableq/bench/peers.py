@@ -37,7 +37,6 @@ import random
 import statistics
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -47,7 +46,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
-from reliableq import db, sql
+from reliableq import db, scratch, sql
 from reliableq.bench.profiles import BATCH_JOBS
 
 PEERS = ("pgqueuer", "procrastinate")
@@ -387,7 +386,7 @@ async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: fl
     if reason:
         return replace(failed, note=f"not run: {reason}")
     admin_url = await asyncio.to_thread(db.server_url)
-    name = f"rq_peer_{uuid.uuid4().hex[:10]}"
+    name = await asyncio.to_thread(scratch.owned_name, admin_url, "rq_peer")
     url = await asyncio.to_thread(db.create_database, admin_url, name)
     try:
         # The password, if any, travels in the environment: a command line is visible to every local user.

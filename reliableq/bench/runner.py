@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reliableq import db
 from reliableq.bench.baselines import baseline_steps, measure_baselines
 from reliableq.bench.profiles import Profile
 from reliableq.bench.progress import Progress
@@ -45,28 +44,19 @@ class Bench:
         self.progress = Progress(sum(s.steps(profile) for s in self.chosen) * profile.repeats
                                  + (baseline_steps(profile, self.scenarios) if baselines else 0), enabled=progress)
         self.runs: list[RunResult] = []
-        self.templates: db.Databases | None = None
 
     async def run(self) -> BenchResult:
         started, started_at = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        admin_url = await asyncio.to_thread(db.server_url)
-        names = (f"rq_bench_tpl_{os.getpid()}", f"rq_bench_tpl_{os.getpid()}{db.CHARGE_SUFFIX}")
         try:
-            for name, schema in zip(names, ("queue", "charge"), strict=True):
-                url = await asyncio.to_thread(db.create_database, admin_url, name)
-                await asyncio.to_thread(db.apply_schema, url, schema)
-            self.templates = db.Databases(*(db.with_database(admin_url, n) for n in names))
             self.progress.show("starting")
             for repeat in range(self.profile.repeats):
                 for scenario in self.chosen:
                     await scenario.body(self, repeat)
-            baselines = (await measure_baselines(self.profile, self.scenarios, self.templates, self.progress)
+            baselines = (await measure_baselines(self.profile, self.scenarios, self.progress)
                          if self.with_baselines else [])
         finally:
             self.progress.close()
-            for name in names:
-                await asyncio.to_thread(db.drop_database, admin_url, name)
         return BenchResult(self.profile.name, self.seed, started_at, self.runs, baselines, environment(),
                            time.monotonic() - started)
 

@@ -1,4 +1,4 @@
-"""One benchmark run over the lab's harness: fresh scratch databases (cloned from the bench's templates)
+"""One benchmark run over the lab's harness: fresh scratch databases (cloned from migrated templates)
 and real `reliableq` processes on loopback (a charge service, the API when the run needs it, workers on
 demand), each writing its log under the bench's output folder.
 
@@ -37,7 +37,7 @@ async def run_system(bench: Bench, label: str, charge_args: Sequence[str] = (), 
     when asked. Stopped, and its databases dropped, on exit."""
     logs = bench.out_dir / "logs" / re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
     async with local_system(bench.mechanisms, servers="processes", charge_args=charge_args, api=api,
-                            charge=charge, templates=bench.templates, database_prefix="rq_bench",
+                            charge=charge, database_prefix="rq_bench",
                             worker_pool_size=0, logs=logs) as system:
         yield system
 

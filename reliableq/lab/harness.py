@@ -24,7 +24,7 @@ import httpx
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from reliableq import db, sql
+from reliableq import db, scratch, sql
 from reliableq.api import create_api_app
 from reliableq.charge.client import ChargeClient
 from reliableq.charge.handler import standard_handlers
@@ -204,18 +204,17 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
                        api_faults: FaultPlan | None = None, databases: db.Databases | None = None,
                        database_prefix: str = "rq_lab", worker_pool_size: int = 20,
                        servers: Literal["threads", "processes"] = "threads", charge_args: Sequence[str] = (),
-                       api: bool = True, charge: bool = True, templates: db.Databases | None = None,
-                       logs: Path | None = None, pieces: Pieces = SHIPPED) -> AsyncIterator[LocalSystem]:
+                       api: bool = True, charge: bool = True, logs: Path | None = None,
+                       pieces: Pieces = SHIPPED) -> AsyncIterator[LocalSystem]:
     """Start a LocalSystem; on exit stop its workers and servers and drop its scratch databases.
 
-    `databases`: use these (migrated here) instead of fresh scratch ones, cloned from `templates` if
-    given. `servers`: run the API and the charge service in this process ("threads", with live
-    `charge_faults` and `api_faults`) or as `reliableq` processes ("processes", the charge service given
-    `charge_args`). `api`, `charge`: start that server at all. `worker_pool_size`: connections the
-    in-process workers share (0: none). `logs`: a folder for the processes' output. `pieces`: what its
-    in-process workers and in-process charge service run in place of the shipped queries and retry
-    policy, and its in-process API in place of the shipped submission order (processes run the shipped
-    ones)."""
+    `databases`: use these (migrated here) instead of fresh scratch ones. `servers`: run the API and the
+    charge service in this process ("threads", with live `charge_faults` and `api_faults`) or as
+    `reliableq` processes ("processes", the charge service given `charge_args`). `api`, `charge`: start
+    that server at all. `worker_pool_size`: connections the in-process workers share (0: none). `logs`: a
+    folder for the processes' output. `pieces`: what its in-process workers and in-process charge service
+    run in place of the shipped queries and retry policy, and its in-process API in place of the shipped
+    submission order (processes run the shipped ones)."""
     in_threads = servers == "threads"
     if not in_threads and (charge_faults is not None or api_faults is not None):
         raise ValueError("server processes take their faults as charge_args, not live fault objects")
@@ -226,7 +225,7 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         charge_faults = charge_faults or ChargeFaults()
     async with AsyncExitStack() as stack:
         if databases is None:
-            databases = stack.enter_context(db.scratch_databases(database_prefix, templates=templates))
+            databases = stack.enter_context(scratch.scratch_databases(database_prefix))
         else:
             await asyncio.to_thread(db.migrate, databases)
         started: list[processes.CliProcess] = []

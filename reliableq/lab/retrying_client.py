@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from reliableq import db
+from reliableq import scratch
 from reliableq.db import Databases
 from reliableq.lab.ledger import read_rows
 from reliableq.lab.processes import CliProcess, free_port, spawn_server, stop, wait_exit
@@ -185,5 +185,5 @@ async def run_lost_answer(databases: Databases, *, with_keys: bool, requests: in
 async def demonstrate(with_keys: bool, requests: int = 6, seed: int = 1) -> LostAnswerRun:
     """`run_lost_answer` on fresh databases, one request at a time: exactly one try commits unanswered
     (the first), so every run tells the same story (notebook 02)."""
-    with db.scratch_databases("rq_lost_answer") as databases:
+    with scratch.scratch_databases("rq_lost_answer") as databases:
         return await run_lost_answer(databases, with_keys=with_keys, requests=requests, seed=seed)

@@ -9,11 +9,10 @@ import asyncio
 import itertools
 import subprocess
 import sys
-import uuid
 
 import pytest
 
-from reliableq import db
+from reliableq import scratch
 from reliableq.bench import baselines, peers
 from reliableq.bench.profiles import PROFILES
 
@@ -26,13 +25,8 @@ def _needs(peer: str) -> None:
 @pytest.fixture
 def empty_database():
     """A fresh, empty database on the test server, dropped afterwards."""
-    admin_url = db.server_url()
-    name = f"rq_peertest_{uuid.uuid4().hex[:10]}"
-    url = db.create_database(admin_url, name)
-    try:
+    with scratch.empty_database("rq_peertest") as url:
         yield url
-    finally:
-        db.drop_database(admin_url, name)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import sys
 import psycopg
 import pytest
 
-from reliableq import db
+from reliableq import scratch
 from reliableq.charge.service import charge_queries
 from reliableq.lab.exercises import idempotency
 from reliableq.lab.exercises.checker import Outcome, check
@@ -147,7 +147,7 @@ async def test_the_reference_passes():
 def charge_url():
     """One scratch charge database for this file's forced schedules (making one costs seconds on a loaded
     machine), emptied before each use."""
-    with db.scratch_databases("rq_test") as databases:
+    with scratch.scratch_databases("rq_test") as databases:
         yield databases.charge_url
 
 

@@ -10,7 +10,7 @@ import re
 import uuid
 from dataclasses import replace
 
-from reliableq import db, sql
+from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.lab.exercises import learner_code, schedules
 from reliableq.lab.exercises.exercise import Exercise
@@ -19,6 +19,7 @@ from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 from reliableq.queue import Job, Queue
+from reliableq.scratch import scratch_databases
 
 FILENAME = "fencing.sql"
 QUERIES = ("job_renew_lease", "job_succeed", "job_retry", "job_dead")
@@ -95,7 +96,7 @@ def load(text: str) -> Pieces:
 async def try_queries(pieces: Pieces) -> None:
     """This exercise's queries only, each run once, rolled back: SQL PostgreSQL refuses is said at once.
     `pieces` holds the earlier exercises' too, which take other parameters."""
-    with db.scratch_databases("rq_try") as databases:
+    with scratch_databases("rq_try") as databases:
         await learner_code.try_queries({name: pieces.queue_queries[name] for name in QUERIES}, FILENAME,
                                        databases.queue_url, _TRY_PARAMS)
 

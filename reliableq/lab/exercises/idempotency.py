@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from reliableq import db, sql
+from reliableq import sql
 from reliableq.charge.client import idempotency_key
 from reliableq.charge.service import charge_once, charge_queries
 from reliableq.lab.exercises import learner_code
@@ -29,6 +29,7 @@ from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import json_sha256
+from reliableq.scratch import scratch_databases
 
 FILENAME = "idempotency.sql"
 QUERIES = ("charge_insert_once", "charge_get_by_key")
@@ -206,7 +207,7 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     none), repeats right after and 400 days later, repeats differing in each field of the body, and the
     same key sent by 2 and then 4 requests at once (the first request's transaction held open while the
     others arrive). Each check's violations say what the learner's queries did in it."""
-    with db.scratch_databases("rq_exercise") as databases:
+    with scratch_databases("rq_exercise") as databases:
         return await forced_schedules(pieces, seed, databases.charge_url)
 
 

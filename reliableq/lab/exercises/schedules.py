@@ -32,6 +32,7 @@ from reliableq.lab.scenario import job_labels
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Job, Queue
+from reliableq.scratch import scratch_databases
 
 _S = sql.queries("lab_schedules")
 SETTLE_SECONDS = 10.0  # statements under test wait or return in milliseconds; this is only a backstop
@@ -93,7 +94,7 @@ class Scratch:
 
 @asynccontextmanager
 async def scratch(mechanisms: Mechanisms = Mechanisms()) -> AsyncIterator[Scratch]:
-    with db.scratch_databases("rq_exercise") as databases:
+    with scratch_databases("rq_exercise") as databases:
         async with await db.open_pool_checked(databases.queue_url, max_size=2) as pool:
             yield Scratch(databases.queue_url, pool, Queue(pool, mechanisms))
 

@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 
 import psycopg
 
-from reliableq import db, sql
+from reliableq import sql
 from reliableq.config import Mechanisms
 from reliableq.lab.exercises import learner_code, schedules
 from reliableq.lab.exercises.exercise import Exercise
@@ -27,6 +27,7 @@ from reliableq.lab.exercises.learner_code import load_queries
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult, job_labels
+from reliableq.scratch import scratch_databases
 
 FILENAME = "skip_locked.sql"
 QUERY = "job_claim_due_skip_locked"
@@ -225,7 +226,7 @@ async def _claimed_while_another_reads(scratch: schedules.Scratch, claim: str) -
 async def try_claim(pieces: Pieces, filename: str) -> None:
     """The learner's claim run once, rolled back: SQL PostgreSQL refuses is said at once, at its line (only
     the claim: `pieces` may hold other exercises' queries, which take other parameters)."""
-    with db.scratch_databases("rq_try") as databases:
+    with scratch_databases("rq_try") as databases:
         await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, filename, databases.queue_url,
                                        TRY_PARAMS)
 
