@@ -111,3 +111,23 @@ WITH job AS (
     UPDATE jobs SET lease_token = %(new)s WHERE lease_token = %(old)s
 )
 UPDATE job_attempts SET lease_token = %(new)s WHERE lease_token = %(old)s;
+
+-- name: lab_jobs_in_flight
+-- %(n)s jobs another worker runs under live leases (an hour long): a busy queue. With this many RUNNING,
+-- PostgreSQL walks a group of claims in the order given, fetching each job by its key, rather than
+-- reading the few RUNNING jobs by status (in the order they were made); so two groups given the same
+-- jobs in opposite orders reach them in opposite orders. Run lab_jobs_analyze after it.
+INSERT INTO jobs (payload, status, attempts, lease_token, lease_expires_at, worker_id)
+SELECT jsonb_build_object('amount_cents', n, 'currency', 'USD'), 'RUNNING', 1, gen_random_uuid(),
+       now() + interval '1 hour', 'worker-2'
+FROM generate_series(1, %(n)s) AS n;
+
+-- name: lab_jobs_analyze
+-- The jobs table's statistics brought up to date, so the planner sees what a schedule laid out.
+ANALYZE jobs;
+
+-- name: lab_jobs_due_with_ids
+-- New jobs with the ids %(ids)s, due now, as a submission makes them (without its event): a schedule
+-- orders its jobs' ids as it needs them (a lock taken row by row in id order reaches them in that order).
+INSERT INTO jobs (id, payload)
+SELECT id, '{"amount_cents": 1000, "currency": "USD"}'::jsonb FROM unnest(%(ids)s::uuid[]) AS i (id);

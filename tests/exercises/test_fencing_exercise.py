@@ -133,6 +133,15 @@ MUTANTS_FOUND = {
                                                             "ORDER BY id FOR UPDATE SKIP LOCKED"),
                                   "the current claim's succeed, issued while its own renew holds",
                                   "'your succeed for the current claim': 'lost'"),
+    # The group's rows locked with a lock two groups may share: each takes the other's row, then waits to
+    # update its own.
+    "groups-share-their-locks": (fencing.REFERENCE.replace("ORDER BY id FOR UPDATE", "ORDER BY id FOR SHARE"),
+                                 "two success groups sharing jobs", "deadlock detected"),
+    # Every job locked, not only the group's: another job's success waits for the group.
+    "group-locks-every-job": (fencing.REFERENCE.replace("SELECT id FROM jobs WHERE id IN (SELECT job_id FROM owned) "
+                                                        "ORDER BY id FOR UPDATE",
+                                                        "SELECT id FROM jobs ORDER BY id FOR UPDATE"),
+                              "a success group in flight holds only the jobs it names", "waited for"),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from contextlib import AsyncExitStack
 from dataclasses import replace
 
 from reliableq import sql
@@ -121,7 +122,8 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     reclaim's transaction is still open, seen waiting for its row lock (or already refused) before the
     reclaim commits, so PostgreSQL re-checks the row the reclaim wrote; (4) the owner's succeed,
     retry and dead in progress while a reclaim comes: the reclaim passes over the job, and the write's
-    answer is what it did to the job."""
+    answer is what it did to the job; (5) two success groups sharing jobs, and a third beside them, in flight
+    at once (_groups_sharing_jobs)."""
     learner = {name: pieces.queue_queries[name] for name in QUERIES}
     async with schedules.scratch() as scratch:
         # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
@@ -151,6 +153,7 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
             blocked += await _behind_reclaim_in_progress(scratch, learner, write)
         for write in WRITES[1:]:
             racing += await _racing_a_reclaim(scratch, learner, write)
+        crossed, held_beyond = await _groups_sharing_jobs(scratch, learner)
     return [Check("after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead each lose "
                   "and change nothing", after_reclaim),
             Check("the current claim's renew, succeed, retry and dead win", current_lost),
@@ -168,7 +171,12 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
             Check("an old claim's write that waited for a reclaim still in progress loses once the reclaim commits "
                   "(PostgreSQL re-checks the row it waited for)", blocked),
             Check("a finalize in progress while a reclaim comes: the reclaim passes over the job, and the "
-                  "finalize's answer is what it did", racing)]
+                  "finalize's answer is what it did", racing),
+            Check("two success groups sharing jobs, in flight at once, wait for each other rather than deadlock "
+                  "(a lock before the update that both may hold lets each wait for the other), and each claim "
+                  "is told its own outcome", crossed),
+            Check("a success group in flight holds only the jobs it names: another job's success does not wait "
+                  "for it", held_beyond)]
 
 
 async def _reclaimed(scratch: schedules.Scratch, reclaim: Queue | None = None,
@@ -358,6 +366,64 @@ async def _racing_a_reclaim(scratch: schedules.Scratch, learner: dict[str, str],
         return []
     return [{"job": scratch.label(owner.id), f"your {write}": "won" if won else "lost", "the job": after.status,
              "the reclaim": "took it" if reclaimed else "passed over it"}]
+
+
+IN_FLIGHT_JOBS = 2000  # another worker's jobs beside the schedule's (see lab_jobs_in_flight)
+# Above every random (version 4) uuid. A lock taken row by row in id order, as the statement's scan asks
+# for rows (see _groups_sharing_jobs), has taken every other row of the group by the time it reaches it.
+LAST_ID = uuid.UUID("ffffffff-ffff-ffff-ffff-fffffffffffe")
+
+
+async def _groups_sharing_jobs(scratch: schedules.Scratch, learner: dict[str, str]) -> tuple[list[dict], list[dict]]:
+    """Jobs A and B each reclaimed by WORKER (an old and a current claim each), jobs E and C claimed once,
+    beside many jobs in flight. Group 1 holds E's, A's current and B's old claim, in that order; group 2
+    B's current and A's old claim; group 3 C's claim. Each is issued in turn and seen waiting (at a
+    barrier in front of every update, or behind another group) before the next; then all go on.
+
+    Held at the barrier, group 1 has updated nothing but E, and holds whatever its lock before the update
+    took on A and B. A lock two groups can share lets group 2 take A and B too, and then wait to update B
+    for group 1, which waits to update A for group 2: a deadlock. The ids are in the order E > B > A:
+    PostgreSQL locks a `locked` step's rows as the update asks for them, in id order, so group 1 has locked
+    A and B by the time it reaches E, and group 2 A by the time it reaches B. A lock that excludes (FOR
+    UPDATE) makes group 2 wait before it holds anything. Group 3 names none of their jobs: it must not wait for them."""
+    await scratch.run("lab_jobs_clear")
+    await scratch.run("lab_jobs_in_flight", {"n": IN_FLIGHT_JOBS})
+    await scratch.run("lab_jobs_analyze")
+    a, b = sorted(uuid.uuid4() for _ in range(2))
+    e = LAST_ID
+    await scratch.run("lab_jobs_due_with_ids", {"ids": [e, a, b]})
+    scratch.labels |= {str(job_id): f"job-{len(scratch.labels) + 1 + i}" for i, job_id in enumerate((e, a, b))}
+    (c,) = await scratch.submit(1)
+    first = {claim.id: claim for claim in await scratch.shipped.claim(4, WORKER, 30.0)}
+    for job_id in (a, b):
+        await scratch.run_out(first[job_id])
+    current = {claim.id: claim for claim in await scratch.shipped.claim(2, WORKER, 30.0)}
+    groups = {"group 1": [first[e], current[a], first[b]], "group 2": [current[b], first[a]], "group 3": [first[c]]}
+    right = {"group 1": [True, True, False], "group 2": [True, False], "group 3": [True]}
+
+    def named(claim: Job) -> str:
+        which = "current" if claim in current.values() else "old" if claim.id in current else "only"
+        return f"{scratch.label(claim.id)}'s {which} claim"
+    said = {name: ", ".join(map(named, group)) for name, group in groups.items()}
+    async with AsyncExitStack() as stack:
+        conns = {name: await stack.enter_async_context(await scratch.connect()) for name in groups}
+        statements: dict[str, tuple[asyncio.Task, int]] = {}
+        async with schedules.barrier(scratch):
+            for name, group in groups.items():
+                queue = Queue(schedules.OneConnection(conns[name]), Mechanisms(), replaced_queries=learner)
+                statements[name] = (asyncio.create_task(queue.succeed_many(group)), conns[name].info.backend_pid)
+                waits = await schedules.waiting_or_done(scratch, statements)
+        outcomes = {name: await schedules.outcome(task) for name, (task, _) in statements.items()}
+
+    def told(won: list[bool]) -> str:
+        return ", ".join("won" if w else "lost" for w in won)
+    crossed = [{"group": f"{name}: {said[name]}", "your succeed": f"failed: {failed}" if failed else told(won),
+                "right": told(right[name])}
+               for name, (won, failed) in outcomes.items() if failed or won != right[name]]
+    held_beyond = [{"group 3": said["group 3"],
+                    "waited for": " and ".join(f"{other} ({said[other]})" for other in others)}
+                   for name, others in waits.items() if name == "group 3"]
+    return crossed, held_beyond
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:

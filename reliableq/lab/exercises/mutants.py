@@ -100,6 +100,11 @@ _WRITTEN_ONCE = ("only the same claim writing again after its own finalize won m
 _ONLY_RUNNING_IS_LIVE = ("renew also needs a live lease, and only a RUNNING job has one: succeed, retry and dead set "
                          "lease_expires_at NULL, and job_dead_expired_exhausted makes DEAD only jobs whose lease "
                          "already ran out")
+_NO_WAIT_CYCLE = ("with the token condition a group updates only the rows whose token is its claim's, and only a claim "
+                  "replaces a token, and a claim never waits (SKIP LOCKED): two groups can never each wait to update "
+                  "a row the other updated, so no lock is needed before the update (the shipped query needs it with "
+                  "fencing off). A lock two groups may share does deadlock: FOR SHARE is rejected "
+                  "(fencing._groups_sharing_jobs)")
 # exercise -> mutant description -> why it behaves as the reference does. A survivor listed here is
 # still run against the reference (differential below); a difference makes it a survivor again.
 EQUIVALENT: dict[str, dict[str, str]] = {
@@ -189,6 +194,16 @@ EQUIVALENT: dict[str, dict[str, str]] = {
             "a right answer: another clock read",
         'job_dead: recorded: `clock_timestamp()` -> now()':
             "a right answer: finished_at from another clock read",
+        'job_succeed: locked: lock FOR UPDATE removed': _NO_WAIT_CYCLE,
+        'job_succeed: locked: lock FOR UPDATE -> FOR KEY SHARE':
+            _NO_WAIT_CYCLE + "; FOR KEY SHARE does not conflict with an update's own lock: as if none were taken",
+        'job_succeed: locked: lock FOR UPDATE -> FOR KEY SHARE SKIP LOCKED':
+            _NO_WAIT_CYCLE + "; FOR KEY SHARE conflicts only with FOR UPDATE, which only a claim, a sweep of "
+            "exhausted jobs or the pruner takes, each about to take the job from its owner or past it: the group "
+            "that skips it has lost it either way",
+        'job_succeed: finalized: `jobs.id IN (SELECT id FROM locked)` removed':
+            _NO_WAIT_CYCLE + "; nothing then reads the `locked` step, and PostgreSQL does not run a SELECT in WITH "
+            "that nothing reads: as if the lock were removed",
         'job_succeed: locked: lock FOR UPDATE -> FOR NO KEY UPDATE':
             "a right answer: FOR NO KEY UPDATE conflicts with itself and with the UPDATE's own lock, so two groups "
             "still lock their rows in id order",

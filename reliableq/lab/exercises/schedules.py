@@ -83,7 +83,7 @@ class Scratch:
     async def submit(self, n: int, max_attempts: int = 5) -> list[uuid.UUID]:
         ids = [(await self.shipped.submit(Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts))).id
                for i in range(n)]
-        self.labels |= {str(job_id): f"job-{len(self.labels) + 1}" for job_id in ids}
+        self.labels |= {str(job_id): f"job-{len(self.labels) + 1 + i}" for i, job_id in enumerate(ids)}
         return ids
 
     async def run_out(self, job: Job, ago_seconds: float = HOUR) -> None:
