@@ -71,8 +71,9 @@ REFERENCE = _file({name: _fenced(_shipped(name)) for name in QUERIES})
 WHY = ("Every write of an owner names the job *and* the claim: `status = 'RUNNING' AND lease_token = "
        "%(lease_token)s`. A reclaim gives the job a new token, so a stale owner's update matches zero rows "
        "and reports that it lost; the attempt records `lost_succeed` (or lost_retry, lost_dead, lost_renew). "
-       "The status matters too: a job finished and claimed again later has a new token, but a finished job "
-       "whose token was never replaced must not be sent back to PENDING. In job_succeed, the win is per "
+       "The status is a second guard: a finished job keeps its last token, so only the same claim writing again "
+       "after its own finalize won could meet it, which the worker never does (it asks whether a finalize was "
+       "recorded before it tries a lost answer again); the token alone passes too. In job_succeed, the win is per "
        "claim: a stale claim and the current one may be in the same group, and only the token that owns "
        "the job may say it won.")
 
