@@ -1,5 +1,6 @@
-"""`reliableq exercise`: list, start, check, hint, solution, reset, and mutants (the checker graded by
-mutants of each reference). Every learner's verb takes --workspace DIR.
+"""`reliableq exercise`: list, start, check, hint, solution, reset, progress and room (a learner's and a
+room's progress), and mutants (the checker graded by mutants of each reference). Every learner's verb
+works in one workspace, the notebooks' (reliableq/lab/places.py), unless --workspace names another.
 
 Exit codes of `check`: 0 passed, 1 failed, 2 could not run (or a usage error); the same checker as the
 notebooks' Check button (reliableq/lab/exercises/checker.py). Of `mutants`: 0 every mutant rejected,
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 
 from reliableq.cli.arguments import UsageError
 from reliableq.lab import exercises
-from reliableq.lab.exercises import mutants
+from reliableq.lab.exercises import mutants, progress
 from reliableq.lab.exercises.checker import check
 from reliableq.lab.exercises.workspace import Workspace
 
@@ -22,12 +24,22 @@ from reliableq.lab.exercises.workspace import Workspace
 def cmd_exercise(args: argparse.Namespace) -> int:
     if args.action == "mutants":
         return _mutants(args)
-    workspace = Workspace(Path(args.workspace))
-    if args.action == "list":
-        width = max(len(exercise.name) for exercise in exercises.EXERCISES.values())
-        for exercise in exercises.EXERCISES.values():
-            print(f"{exercise.stage_number:02d} {exercise.name:<{width}} {workspace.state(exercise):<8} "
-                  f"{exercise.summary}")
+    if args.action == "room":
+        if args.name is None:
+            raise UsageError("name the folder of the room's records: reliableq exercise room DIR")
+        print("\n".join(progress.room(Path(args.name))))
+        return 0
+    workspace = Workspace(Path(args.workspace) if args.workspace else None)
+    if args.action in ("list", "progress"):
+        taken = progress.snapshot(workspace, exercises.EXERCISES.values(), args.learner or progress.learner_name())
+        if args.json:
+            print(json.dumps(taken, indent=2))
+        elif args.action == "list":
+            _list(workspace)
+        else:
+            print(progress.line(taken))
+        if args.action == "progress" and args.to:
+            print(f"written to {progress.write(taken, Path(args.to))}", file=sys.stderr)
         return 0
     exercise = _exercise(args.name)
     if args.action == "start":
@@ -60,6 +72,14 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     if result.outcome.exit_code < 2:
         workspace.record(exercise, state="passed" if result.outcome.exit_code == 0 else "failing")
     return result.outcome.exit_code
+
+
+def _list(workspace: Workspace) -> None:
+    width = max(len(exercise.name) for exercise in exercises.EXERCISES.values())
+    print(f"workspace: {workspace.folder}")
+    for exercise in exercises.EXERCISES.values():
+        print(f"{exercise.stage_number:02d} {exercise.name:<{width}} {workspace.state(exercise):<8} "
+              f"{exercise.summary}")
 
 
 def _mutants(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from reliableq.config import DEFAULT_REPLAY_BUDGET, DEFAULT_SUBMISSION_KEY_WINDO
 from reliableq.lab.chaos import ChaosConfig
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS
 from reliableq.lab.faults import API_KILL_POINTS, CRASH_POINTS
+from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.payload import DEFAULT_KIND, InvalidSubmission
 from reliableq.queue import STATUSES
 from reliableq.retention import DEFAULT_PRUNE_BATCH, MAX_PRUNE_BATCH
@@ -191,9 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_chaos)
 
     p = sub.add_parser("exercise", help="write a mechanism yourself; the lab's checker grades it")
-    p.add_argument("action", choices=["list", "start", "check", "hint", "solution", "reset", "mutants"])
-    p.add_argument("name", nargs="?", help="the exercise (see: reliableq exercise list); mutants: all if none")
-    p.add_argument("--workspace", default="workspace", help="your exercise files and progress (default: ./workspace)")
+    p.add_argument("action", choices=["list", "start", "check", "hint", "solution", "reset", "progress", "room",
+                                      "mutants"])
+    p.add_argument("name", nargs="?", help="the exercise (see: reliableq exercise list); mutants: all if none; "
+                                           "room: the folder of the room's progress records")
+    p.add_argument("--workspace", help=f"your notebooks, exercise files and progress (default: ${WORKSPACE_VARIABLE}, "
+                                       "else the clone's workspace/ folder)")
+    p.add_argument("--json", action="store_true", help="list, progress: print a record for tools")
+    p.add_argument("--to", metavar="DIR", help="progress: also write your record into DIR (a folder the room shares)")
+    p.add_argument("--learner", help="progress: your name in the room (default: login@machine)")
     p.add_argument("--seed", type=int, default=1, help="check: the seed of the scenario and the first chaos run; "
                                                        "mutants: the seed of --sample")
     p.add_argument("--seeds", type=positive_int, default=DEFAULT_SEEDS, help="check: how many seeded chaos runs")

@@ -1,5 +1,6 @@
 """The learner's workspace: one file per exercise, backups of anything replaced, and progress (todo,
-failing, passed; hints seen) in a small JSON file beside them, never in a notebook's metadata.
+failing, passed; hints seen) in a small JSON file beside them, never in a notebook's metadata. Where it
+is: reliableq/lab/places.py (one folder for the CLI and the notebooks).
 
 Nothing here ever overwrites a learner's file without first copying it into `backups/`.
 """
@@ -12,20 +13,20 @@ import time
 from pathlib import Path
 
 from reliableq.lab.exercises.exercise import Exercise
+from reliableq.lab.places import workspace_folder
 
-DEFAULT = Path("workspace")
 PROGRESS = "progress.json"
 STATES = ("todo", "failing", "passed")
 
 
 class Workspace:
-    def __init__(self, folder: Path = DEFAULT) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else workspace_folder()
 
     def path(self, exercise: Exercise) -> Path:
         return self.folder / exercise.filename
 
-    def _ready(self) -> None:
+    def ready(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         ignore = self.folder / ".gitignore"
         if not ignore.exists():  # the learner's answers stay out of the repository they cloned
@@ -38,7 +39,7 @@ class Workspace:
         path = self.path(exercise)
         if path.exists():
             return path, False
-        self._ready()
+        self.ready()
         path.write_text(exercise.starter)
         return path, True
 
@@ -46,7 +47,7 @@ class Workspace:
         """Put the starter back; (the file, where the learner's version was backed up, if there was one)."""
         path = self.path(exercise)
         backup = self.back_up(path) if path.exists() else None
-        self._ready()
+        self.ready()
         path.write_text(exercise.starter)
         return path, backup
 
@@ -83,7 +84,7 @@ class Workspace:
     def record(self, exercise: Exercise, **fields: object) -> None:
         progress = self.progress()
         progress[exercise.name] = progress.get(exercise.name, {}) | fields
-        self._ready()
+        self.ready()
         (self.folder / PROGRESS).write_text(json.dumps(progress, indent=2, sort_keys=True) + "\n")
 
     def next_hint(self, exercise: Exercise) -> tuple[int, str]:

@@ -1,0 +1,40 @@
+"""Where the lab's files are: the notebooks it ships, and the learner's workspace.
+
+One workspace per learner, whatever the current folder: the CLI, the notebooks' panels and `reliableq lab`
+all use the folder `RELIABLEQ_WORKSPACE` names, else the `workspace/` folder of the clone (beside
+`notebooks/`), else `~/reliableq-workspace` for a package installed without a clone. It holds the learner's
+copies of the notebooks (JupyterLab serves it, so saving a notebook never changes the clone), their
+exercise files, backups and progress, and a `.gitignore` that keeps it all out of the repository.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+WORKSPACE_VARIABLE = "RELIABLEQ_WORKSPACE"
+_CLONE = Path(__file__).resolve().parents[2]  # this file: <clone>/reliableq/lab/places.py
+
+
+def shipped_notebooks() -> Path:
+    """The clone's notebooks/ folder, else ./notebooks."""
+    beside_package = _CLONE / "notebooks"
+    return beside_package if beside_package.is_dir() else Path.cwd() / "notebooks"
+
+
+def workspace_folder() -> Path:
+    """The learner's workspace (see the module's docstring)."""
+    configured = os.environ.get(WORKSPACE_VARIABLE)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    if (_CLONE / "notebooks").is_dir() and (_CLONE / "pyproject.toml").is_file():
+        return _CLONE / "workspace"
+    return Path.home() / "reliableq-workspace"
+
+
+def shown(path: Path) -> str:
+    """`path` as a person reads it from here: relative to the current folder when inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
