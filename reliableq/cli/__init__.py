@@ -7,6 +7,7 @@
     services    api, charge-service, worker
     operators   submit, jobs, replay
     lab         demo, stage, lab, chaos
+    doctor      doctor: a learner's machine checked before a workshop, a line per check
     bench       bench
 
 `main` is named here because the installed `reliableq` script (pyproject's `reliableq.cli:main`) calls

@@ -27,6 +27,7 @@ from reliableq.cli.arguments import (
 )
 from reliableq.cli.bench import cmd_bench
 from reliableq.cli.database import cmd_db, cmd_migrate
+from reliableq.cli.doctor import cmd_doctor
 from reliableq.cli.exercise import cmd_exercise
 from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
 from reliableq.cli.logs import FORMATS, LEVELS, configure, level_for
@@ -177,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--token", help="JupyterLab access token (default: a random one, printed by JupyterLab)")
     p.set_defaults(run=cmd_lab)
+
+    p = sub.add_parser("doctor", help="check this machine is ready for the lab: a line per check, a failed one "
+                                      "with its fix (exit 1 if any failed)")
+    p.add_argument("--json", action="store_true", help="print the checks as a JSON list of {check, ok, detail, fix}")
+    p.add_argument("--skip-stage", action="store_true", help="do not run a stage end to end")
+    p.set_defaults(run=cmd_doctor)
 
     p = sub.add_parser("chaos", help="seeded crashes, pauses and failures; then check the invariants")
     p.add_argument("--seed", type=int, default=CHAOS.seed)
