@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,10 +21,15 @@ from reliableq import db, scratch
 from reliableq.cli.logs import CHATTY_LIBRARIES
 from reliableq.config import Mechanisms
 from reliableq.handlers import HandlerRegistry, JobContext, Outcome
+from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import Queue
 from reliableq.servers import LoopbackServer
+
+# The learner's workspace (reliableq/lab/places.py) of a test run is a folder of its own, which the notebooks'
+# kernels inherit too: no test and no panel writes into the developer's workspace.
+os.environ[WORKSPACE_VARIABLE] = tempfile.mkdtemp(prefix="reliableq-test-workspace-")
 
 
 @pytest.hookimpl(tryfirst=True)

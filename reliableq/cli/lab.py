@@ -9,6 +9,7 @@ from pathlib import Path
 
 from reliableq import db
 from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine
+from reliableq.lab.places import WORKSPACE_VARIABLE, shipped_notebooks
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -41,15 +42,10 @@ def cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
-def notebooks_dir() -> Path:
-    """The checkout's notebooks/ folder (the package sits beside it), else ./notebooks."""
-    beside_package = Path(__file__).resolve().parents[2] / "notebooks"  # this file: reliableq/cli/lab.py
-    return beside_package if beside_package.is_dir() else Path.cwd() / "notebooks"
-
-
 def trust_notebooks(folder: Path) -> None:
-    """Sign the lab's own notebooks for this user: JupyterLab renders the saved pictures of the panels
-    (HTML) as written only in trusted notebooks, and sanitised otherwise."""
+    """Sign the notebooks in `folder` (the learner's copies of the lab's own) for this user: JupyterLab
+    renders the saved pictures of the panels (HTML) as written only in trusted notebooks, and sanitised
+    otherwise."""
     import nbformat
     from nbformat.sign import NotebookNotary
     notary = NotebookNotary()
@@ -58,23 +54,35 @@ def trust_notebooks(folder: Path) -> None:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    folder = Path(args.notebooks) if args.notebooks else notebooks_dir()
-    if not folder.is_dir():
-        raise UsageError(f"no notebooks folder at {folder}; pass --notebooks DIR")
+    from reliableq.lab.exercises.workspace import Workspace
+    shipped = Path(args.notebooks) if args.notebooks else shipped_notebooks()
+    if not shipped.is_dir():
+        raise UsageError(f"no notebooks folder at {shipped}; pass --notebooks DIR")
+    workspace = Workspace(Path(args.workspace) if args.workspace else None)
     databases = db.resolve()
     db.migrate(databases)
-    trust_notebooks(folder)
-    # Kernels inherit the environment: every notebook then uses this server, embedded or not.
-    env = os.environ | {"DATABASE_URL": databases.queue_url, "CHARGE_DATABASE_URL": databases.charge_url}
-    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={args.port}", "--ServerApp.port_retries=0"]
+    # JupyterLab serves the learner's workspace, with their own copies of the notebooks: saving one (or
+    # JupyterLab's autosave) never changes the clone, and the exercise files sit beside the notebooks.
+    copied, stale = workspace.copy_notebooks(shipped, fresh=args.fresh_notebooks)
+    trust_notebooks(workspace.folder)
+    # Kernels inherit the environment: every notebook then uses this workspace, and the server this command
+    # found (DATABASE_URL as the user set it, or none: the same embedded server, so a notebook's banner
+    # says which the learner chose).
+    env = os.environ | {WORKSPACE_VARIABLE: str(workspace.folder)}
+    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={workspace.folder}",
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={args.port}", "--ServerApp.port_retries=0"]
     if args.no_browser:
         command.append("--no-browser")
     if os.geteuid() == 0:
         command.append("--allow-root")  # JupyterLab refuses root without it (containers, CI machines)
     if args.token is not None:
         command.append(f"--IdentityProvider.token={args.token}")
-    print(f"JupyterLab on http://127.0.0.1:{args.port} with notebooks in {folder}; database "
+    if copied:
+        print(f"Copied {len(copied)} notebook(s) from {shipped} into your workspace.")
+    if stale:
+        print(f"Kept your copies of {', '.join(stale)}, though the clone's changed since: "
+              "`reliableq lab --fresh-notebooks` backs yours up and copies the new ones.")
+    print(f"JupyterLab on http://127.0.0.1:{args.port} with your workspace {workspace.folder}; database "
           f"{db.database_name(databases.queue_url)}. Ctrl-C stops it.", flush=True)
     # Become JupyterLab (exec), so SIGTERM and Ctrl-C reach it rather than orphaning it.
     os.execve(sys.executable, command, env)

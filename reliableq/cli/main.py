@@ -169,11 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stage", help="run one stage's scenario with its mechanism off, on, or both")
     p.add_argument("name", help=", ".join(stages.names()))
     p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1, help="the scenario's seed (default 1, as the notebooks')")
     p.set_defaults(run=cmd_stage)
 
     p = sub.add_parser("lab", help="start PostgreSQL, apply the schemas and open JupyterLab on the notebooks")
-    p.add_argument("--notebooks", help="notebooks folder (default: the checkout's notebooks/)")
+    p.add_argument("--notebooks", help="the notebooks to copy into your workspace (default: the clone's notebooks/)")
+    p.add_argument("--workspace", help=f"the folder JupyterLab serves: your notebooks, exercise files and progress "
+                                       f"(default: ${WORKSPACE_VARIABLE}, else the clone's workspace/)")
+    p.add_argument("--fresh-notebooks", action="store_true",
+                   help="replace your copies of the notebooks the clone has changed (yours are backed up)")
     p.add_argument("--port", type=tcp_port, default=8888)
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--token", help="JupyterLab access token (default: a random one, printed by JupyterLab)")

@@ -34,7 +34,6 @@ TICK_SECONDS = 0.5  # how often the status line of a run in progress is redrawn
 STAGE_DEFAULT = "stage default"  # the crash-point choice that leaves the stage's own story alone
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 RUN_FIRST = "Run the notebook (Run ▸ Run All Cells) to use this panel."
-READY = "Press Run."
 KERNEL_GONE = "This panel's kernel is gone (shut down or restarted): run all cells again to use it."
 # The kernel cannot say it is gone, so the page does, by CSS: JupyterLab 4 marks a widget view whose kernel
 # restarted as `jupyter-widgets-disconnected`, and a notebook whose kernel was shut down or died shows an
@@ -73,9 +72,10 @@ class RunPanel(Pictured):
     def __init__(self, header: widgets.Widget, controls: widgets.Widget, run_label: str) -> None:
         self.button = widgets.Button(description=run_label, button_style="primary", icon="play")
         self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
-        self.status = widgets.HTML(_line("", READY))
+        self.status = widgets.HTML(_line("", f"Press {run_label}."))
         self.output = widgets.Output()
         self._work: asyncio.Task | None = None
+        self.watch = Watch()
         self.button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         self.widget = widgets.VBox([header, controls, widgets.HBox([self.button, self.stop_button]),
@@ -119,7 +119,8 @@ class RunPanel(Pictured):
         """One run with the panel's current settings; its result replaces the last. Returns the result;
         raises what ended the run, after the status line has said it."""
         what = self.describe()
-        watch, began = Watch(), time.monotonic()
+        watch = self.watch = Watch()  # what the run waits for now (the status line's, and a test's)
+        began = time.monotonic()
         # Reset the synced outputs themselves: clear_output() works only inside a cell's execution, and a
         # button's callback runs outside one, so the old result used to stay above the new.
         self.output.outputs = ()

@@ -10,11 +10,15 @@ pictures and text with a fresh run and ignores widget views, so the kept outputs
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from reliableq.lab.places import WORKSPACE_VARIABLE
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 CELL_TIMEOUT_SECONDS = 600
@@ -42,6 +46,9 @@ def main(paths: list[str]) -> int:
     if not paths:
         print("usage: python -m reliableq.lab.resave NOTEBOOK.ipynb [...]", file=sys.stderr)
         return 2
+    # The kernels (which inherit this environment) write the exercise starters into a workspace of their
+    # own, and the saved progress lines show a learner who has not begun, whatever the developer's is.
+    os.environ[WORKSPACE_VARIABLE] = tempfile.mkdtemp(prefix="reliableq-resave-workspace-")
     for name in paths:
         resave(Path(name))
         print(f"re-saved {name}")

@@ -1,10 +1,11 @@
-"""JupyterLab for the browser tests: `reliableq lab` (what a learner runs) over a copy of notebooks/, on a
-free loopback port, with a token, and with JupyterLab's own state kept in a scratch folder.
+"""JupyterLab for the browser tests: `reliableq lab` (what a learner runs) over a workspace in a scratch folder,
+on a free loopback port, with a token, and with JupyterLab's own state kept in the scratch folder too.
 
-Running a notebook in a browser autosaves it, so the server only ever sees the copy: the repository's
-notebooks never change. JupyterLab's settings, workspaces, runtime files and the notebook signatures
-`reliableq lab` writes go to the scratch folder too, so a test run neither reads nor alters the user's
-own JupyterLab. What this module does not do: drive the browser (notebook_page.py does).
+`reliableq lab` copies the clone's notebooks into the workspace and serves the copies, as for a learner:
+running a notebook in a browser autosaves it, and the repository's notebooks never change. JupyterLab's
+settings, workspaces, runtime files and the notebook signatures `reliableq lab` writes go to the scratch
+folder too, so a test run neither reads nor alters the user's own JupyterLab. What this module does not
+do: drive the browser (notebook_page.py does).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import httpx
 
+from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.lab.processes import CliProcess, free_port, stop
 from reliableq.lab.waiting import wait_until
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 # The first start of the embedded PostgreSQL and the schema migration come before JupyterLab listens.
 READY_TIMEOUT_SECONDS = 90.0
 
@@ -36,11 +36,11 @@ _SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings":
 
 @dataclass
 class LabServer:
-    """A running JupyterLab: its address, token, the notebooks folder it serves, and its process."""
+    """A running JupyterLab: its address, token, the workspace it serves, and its process."""
 
     url: str
     token: str
-    notebooks: Path
+    workspace: Path
     process: CliProcess
 
     def notebook_url(self, path: str, workspace: str) -> str:
@@ -57,12 +57,10 @@ class LabServer:
 
 
 def start_lab(scratch: Path) -> LabServer:
-    """Copy notebooks/ (without a learner's workspace/) into `scratch` and serve the copy with `reliableq lab`;
-    return once the server answers. Its output goes to `scratch/jupyterlab.log`. DATABASE_URL, when set,
-    reaches it and its kernels unchanged."""
-    notebooks = scratch / "notebooks"
-    # Not a learner's exercise files, nor JupyterLab's checkpoints: each test run starts from the starters.
-    shutil.copytree(NOTEBOOKS, notebooks, ignore=shutil.ignore_patterns("workspace", ".ipynb_checkpoints"))
+    """`reliableq lab` with a fresh workspace in `scratch` (each test run starts from the starters); return
+    once the server answers. Its output goes to `scratch/jupyterlab.log`. DATABASE_URL, when set, reaches it
+    and its kernels unchanged."""
+    workspace = scratch / "workspace"
     jupyter = scratch / "jupyter"
     for name, settings in _SETTINGS.items():
         path = jupyter / "settings" / name
@@ -75,15 +73,15 @@ def start_lab(scratch: Path) -> LabServer:
         "JUPYTERLAB_SETTINGS_DIR": str(jupyter / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(jupyter / "workspaces"),
         "IPYTHONDIR": str(jupyter / "ipython"),  # the kernels' input history
+        WORKSPACE_VARIABLE: str(workspace),
     }
     port, token = free_port(), secrets.token_hex(16)
     log_path = scratch / "jupyterlab.log"
-    command = [sys.executable, "-m", "reliableq", "lab", "--notebooks", str(notebooks), "--port", str(port),
-               "--token", token, "--no-browser"]
+    command = [sys.executable, "-m", "reliableq", "lab", "--port", str(port), "--token", token, "--no-browser"]
     # A file, not a pipe: JupyterLab logs every request, and a full pipe would block it.
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    lab = LabServer(f"http://127.0.0.1:{port}", token, notebooks, CliProcess("jupyterlab", process, log_path))
+    lab = LabServer(f"http://127.0.0.1:{port}", token, workspace, CliProcess("jupyterlab", process, log_path))
     try:
         asyncio.run(_wait_ready(lab))
     except BaseException:  # a timeout, and an interrupted test run too: never leave it running

@@ -3,6 +3,10 @@ error output, and a stage's panel answers a click with a result."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed: pip install -e '.[dev]'")
@@ -10,6 +14,7 @@ pytest.importorskip("playwright.sync_api", reason="the playwright package is not
 from playwright.sync_api import expect  # noqa: E402  (only once playwright is known to be there)
 
 from reliableq.lab.exercises import fencing  # noqa: E402
+from reliableq.lab.places import WORKSPACE_VARIABLE  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -97,15 +102,15 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
 @pytest.mark.timeout(300)
 def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_notebook, jupyterlab):
     """After Run All, the starter's failing verdict stands in its cell; the reference written into the
-    served copy's workspace file passes when Check is pressed, with the run's table under the verdict; the
-    file's link opens it in JupyterLab's editor."""
+    workspace's file passes when Check is pressed, with the run's table under the verdict, and
+    `reliableq exercise list` then says passed; the file's link opens it in JupyterLab's editor."""
     notebook = open_notebook("05_fencing.ipynb")
     notebook.run_all_cells(timeout_seconds=120, expected_stderr=[REFUSED_STALE_FINALIZE])
     # The first forced schedule the starter breaks, naming its mistake.
     expect(notebook.code_cell("starter = await check(")).to_contain_text(
         "✗ Broken: after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead")
 
-    learners_file = jupyterlab.notebooks / "workspace" / "fencing.sql"
+    learners_file = jupyterlab.workspace / "fencing.sql"
     assert learners_file.read_text() == fencing.STARTER  # written by the panel when its cell ran
     learners_file.write_text(fencing.REFERENCE)
     panel = notebook.code_cell("ExercisePanel(")
@@ -116,8 +121,12 @@ def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_
     expect(result).to_contain_text("✓ fencing passed", timeout=180_000)
     expect(result.locator("table")).to_contain_text("job-1")
     expect(panel.get_by_role("button", name="Solution")).to_be_enabled()
+    expect(panel).to_contain_text("Your progress: 1 of 8 passed")
+    listed = subprocess.run([sys.executable, "-m", "reliableq", "exercise", "list"], capture_output=True, text=True,
+                            env=os.environ | {WORKSPACE_VARIABLE: str(jupyterlab.workspace)}, check=True).stdout
+    assert "05 fencing           passed" in listed
 
-    panel.get_by_role("link", name="workspace/fencing.sql").click()
+    panel.get_by_role("link", name="fencing.sql").click()
     editor = notebook.page.locator(".jp-FileEditor")
     expect(editor).to_be_visible(timeout=30_000)
     expect(editor).to_contain_text("-- name: job_renew_lease")

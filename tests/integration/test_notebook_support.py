@@ -22,6 +22,7 @@ import stages
 from reliableq.lab import notebook as nb
 from reliableq.lab import panels
 from reliableq.lab.experiment import Prediction, compare
+from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.lab.resave import without_live_widgets
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
@@ -152,8 +153,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_lab_command_serves_the_notebooks_with_the_database_url_set():
-    """`reliableq lab` starts JupyterLab on loopback over notebooks/, trusted, with DATABASE_URL for its kernels."""
+def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_database_url_set():
+    """`reliableq lab` copies notebooks/ into the learner's workspace and starts JupyterLab there, on loopback,
+    the copies trusted; its kernels get the workspace, and DATABASE_URL only if the learner set it."""
     port = _free_port()
     process = subprocess.Popen([sys.executable, "-m", "reliableq", "lab", "--no-browser", "--port", str(port),
                                 "--token", "lab-test"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -170,11 +172,15 @@ def test_lab_command_serves_the_notebooks_with_the_database_url_set():
         assert "00_start_here.ipynb" in listed
         # Trusted, so JupyterLab renders the saved widgets instead of their text fallback.
         notary = NotebookNotary()
-        assert all(notary.check_signature(nbformat.read(p, nbformat.NO_CONVERT)) for p in _notebooks())
+        workspace = Path(os.environ[WORKSPACE_VARIABLE])
+        copies = sorted(workspace.glob("*.ipynb"))
+        assert [p.name for p in copies] == [p.name for p in _notebooks()]
+        assert all(notary.check_signature(nbformat.read(p, nbformat.NO_CONVERT)) for p in copies)
         jupyter = psutil.Process(process.pid)  # the CLI became JupyterLab (exec): signals reach it
         assert "jupyterlab" in " ".join(jupyter.cmdline())
-        # The embedded default's `reliableq` database, or whatever DATABASE_URL already named.
-        assert os.environ.get("DATABASE_URL", "dbname=reliableq") in jupyter.environ()["DATABASE_URL"]
+        assert jupyter.environ()[WORKSPACE_VARIABLE] == str(workspace)
+        # The learner's DATABASE_URL, or none: the kernels then find the same embedded server.
+        assert jupyter.environ().get("DATABASE_URL") == os.environ.get("DATABASE_URL")
     finally:
         process.terminate()
         process.wait(20)

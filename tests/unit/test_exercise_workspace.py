@@ -3,6 +3,8 @@ progress lives in the workspace, hints come one at a time, and the solution wait
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reliableq.cli.main import main
@@ -53,7 +55,8 @@ def test_hints_come_one_at_a_time_and_the_last_repeats(tmp_path):
 def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path, capsys):
     ws = ["--workspace", str(tmp_path)]
     assert main(["exercise", "list", *ws]) == 0
-    listed = capsys.readouterr().out.splitlines()
+    said, *listed = capsys.readouterr().out.splitlines()
+    assert said == f"workspace: {tmp_path}"
     assert [line.split()[1] for line in listed] == list(EXERCISES)  # in stage order
     assert set(listed) >= {  # names padded to the longest
         "02 commit-before-ack todo     accept(store, acknowledge): in which order the API stores a job and answers 202",
@@ -79,3 +82,55 @@ def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, capsys, argv, said):
     assert main([*argv, "--workspace", str(tmp_path)]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_progress_is_one_line_to_paste_and_a_room_reads_every_learners_record(tmp_path, capsys):
+    ann, bob, room = tmp_path / "ann", tmp_path / "bob", tmp_path / "room"
+    Workspace(ann).record(EXERCISE, state="passed")
+    Workspace(ann).record(EXERCISES["fencing"], state="failing")
+    assert main(["exercise", "progress", "--workspace", str(ann), "--learner", "ann", "--to", str(room)]) == 0
+    assert capsys.readouterr().out == "ann: 1 of 8 passed  02· 03· 04· 05✗ 06· 07✓ 08· 09·\n"
+    # A learner's name never leaves the room's folder.
+    assert main(["exercise", "progress", "--workspace", str(bob), "--learner", "bob/../x", "--to", str(room)]) == 0
+    assert sorted(p.name for p in room.iterdir()) == ["ann.json", "bob_.._x.json"]
+    (room / "notes.json").write_text("{not a record")
+    capsys.readouterr()
+    assert main(["exercise", "room", str(room)]) == 0
+    header, first, second, totals, skipped = capsys.readouterr().out.splitlines()
+    assert header.split() == ["learner", "02", "03", "04", "05", "06", "07", "08", "09", "passed", "as", "of"]
+    assert first.split()[:10] == ["ann", "·", "·", "·", "✗", "·", "✓", "·", "·", "1"]
+    assert second.split()[:10] == ["bob/../x", *["·"] * 8, "0"]
+    assert totals.split() == ["passed", "by", "0", "0", "0", "0", "0", "1", "0", "0"]
+    assert skipped == "(not a record: notes.json)"
+
+
+def test_list_json_is_a_record_for_tools(tmp_path, capsys):
+    Workspace(tmp_path).record(EXERCISE, state="passed", hints=2)
+    assert main(["exercise", "list", "--json", "--workspace", str(tmp_path), "--learner", "ann"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["learner"] == "ann" and record["workspace"] == str(tmp_path)
+    assert {"stage": 7, "name": "backoff", "state": "passed", "hints": 2} in record["exercises"]
+    assert [row["name"] for row in record["exercises"]] == list(EXERCISES)
+
+
+def test_the_room_of_an_empty_folder_says_so(tmp_path, capsys):
+    assert main(["exercise", "room", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"no progress records in {tmp_path} yet\n"
+    assert main(["exercise", "room"]) == 2
+
+
+def test_the_clones_notebooks_are_copied_once_and_a_changed_one_replaced_only_when_asked(tmp_path):
+    shipped, workspace = tmp_path / "notebooks", Workspace(tmp_path / "ws")
+    shipped.mkdir()
+    (shipped / "01_a.ipynb").write_text("v1")
+    assert workspace.copy_notebooks(shipped) == (["01_a.ipynb"], [])
+    (workspace.folder / "01_a.ipynb").write_text("my notes")  # the learner saved their copy
+    assert workspace.copy_notebooks(shipped) == ([], [])  # theirs is kept
+    (shipped / "01_a.ipynb").write_text("v2")  # a git pull changed the clone's
+    assert workspace.copy_notebooks(shipped) == ([], ["01_a.ipynb"])
+    assert (workspace.folder / "01_a.ipynb").read_text() == "my notes"
+    assert workspace.copy_notebooks(shipped, fresh=True) == (["01_a.ipynb"], [])
+    assert (workspace.folder / "01_a.ipynb").read_text() == "v2"
+    (backup,) = (workspace.folder / "backups").iterdir()
+    assert backup.read_text() == "my notes"
+    assert (workspace.folder / ".gitignore").read_text() == "*\n"

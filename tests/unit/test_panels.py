@@ -17,6 +17,7 @@ from reliableq.lab.exercises.checker import Outcome
 from reliableq.lab.exercises.panel import ExercisePanel
 from reliableq.lab.exercises.workspace import Workspace
 from reliableq.lab.panels import RUN_FIRST, STAGE_DEFAULT, ScenarioPanel
+from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 
@@ -151,16 +152,25 @@ def test_an_exercise_panel_writes_the_starter_once_and_never_over_the_learners_f
     assert exercise_panel(tmp_path).path.read_text() == "my work"
 
 
-def test_an_exercise_panel_links_the_file_relative_to_the_notebook_and_its_picture_says_to_run_it(tmp_path,
-                                                                                                monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a kernel runs in its notebook's folder
-    panel = ExercisePanel(backoff.EXERCISE)  # the default workspace: ./workspace, beside the notebook
-    assert (tmp_path / "workspace" / "backoff.py").exists()
-    link = '<a href="workspace/backoff.py" target="_blank">'
+def test_an_exercise_panel_uses_the_one_workspace_and_links_the_file_relative_to_the_notebook(tmp_path,
+                                                                                             monkeypatch):
+    workspace = tmp_path / "room" / "ann"
+    workspace.parent.mkdir()
+    monkeypatch.setenv(WORKSPACE_VARIABLE, str(workspace))  # what the CLI uses too
+    monkeypatch.chdir(workspace.parent)  # a kernel runs in its notebook's folder
+    panel = ExercisePanel(backoff.EXERCISE)
+    assert (workspace / "backoff.py").read_text() == backoff.EXERCISE.starter
+    link = '<a href="ann/backoff.py" target="_blank"><code>backoff.py</code></a>'
     (file_line,) = panel.widget.children[0].children[1].outputs
     assert link in file_line["data"]["text/html"]
     assert link in panel.picture() and RUN_FIRST in panel.picture() and "▶ Check" in panel.picture()
-    assert panel.button.description == "Check"
+    assert panel.button.description == "Check" and "Press Check." in panel.status.value
+    assert "Your progress: 0 of 8 passed" in panel.progress_line.value and "07·" in panel.picture()
+
+
+def test_the_panels_progress_line_shows_what_the_cli_recorded(tmp_path):
+    Workspace(tmp_path).record(backoff.EXERCISE, state="passed")
+    assert "1 of 8 passed" in ExercisePanel(backoff.EXERCISE, tmp_path).progress_line.value
 
 
 def test_hints_come_one_at_a_time_and_reset_says_where_the_learners_version_went(tmp_path):
@@ -191,7 +201,10 @@ async def test_broken_code_is_said_in_one_line_and_recorded_as_failing(tmp_path)
     result = await panel.run()
     assert result.outcome is Outcome.FAILED and result.run is None
     (shown,) = panel.output.outputs
-    assert shown["text"] == "✗ Your code could not be used: backoff.py, line 1: expected ':'\n"
+    verdict, graded = shown["text"].splitlines()
+    assert verdict == "✗ Your code could not be used: backoff.py, line 1: expected ':'"
+    assert graded.startswith("Graded backoff.py as saved at ") and graded.endswith("unsaved edits in the editor "
+                                                                                    "are not in it.")
     assert "Traceback" not in shown["text"] and "done in" in panel.status.value
     assert Workspace(tmp_path / "workspace").state(backoff.EXERCISE) == "failing"
 

@@ -6,12 +6,14 @@ the other panels, because the exercises grade with the stages' scenarios, a laye
 from __future__ import annotations
 
 import html
+import os
+import time
 from pathlib import Path
 
 import ipywidgets as widgets
 from IPython.display import HTML
 
-from reliableq.lab.exercises import Exercise, earlier_code
+from reliableq.lab.exercises import Exercise, earlier_code, progress
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS, CheckResult, Outcome, check
 from reliableq.lab.exercises.workspace import Workspace
 from reliableq.lab.panels import RunPanel, append_views
@@ -21,22 +23,25 @@ class ExercisePanel(RunPanel):
     """Write it yourself: the learner's file in the workspace (a link that opens it in JupyterLab), Check
     (the same checker as `reliableq exercise check`), and Hint, Reset, Solution and Give up.
 
-    The workspace is relative to the notebook's folder, where its kernel runs; the starter is written there
-    once, never over the learner's file. Progress is recorded in the workspace, as the CLI records it. The
-    solution shows after a pass, or after Give up."""
+    The workspace is the CLI's (reliableq/lab/places.py) unless `workspace` names another; the starter is
+    written there once, never over the learner's file. Progress is recorded there, as the CLI records it,
+    and shown under the file's line. The verdict names the file and the moment it was saved, so a learner
+    who forgot to save sees which version was graded. The solution shows after a pass, or after Give up."""
 
-    def __init__(self, exercise: Exercise, workspace: Path = Path("workspace"), seed: int = 1,
+    def __init__(self, exercise: Exercise, workspace: Path | None = None, seed: int = 1,
                  seeds: int = DEFAULT_SEEDS) -> None:
         self.exercise, self.workspace = exercise, Workspace(workspace)
         self.seed, self.seeds = seed, seeds
         self.path, _ = self.workspace.start(exercise)
         self.last_result: CheckResult | None = None
+        self.graded = ""  # which file and version the last check graded
         self.given_up = False
         self.hint_button = widgets.Button(description="Hint", layout={"width": "auto"})
         self.reset_button = widgets.Button(description="Reset", layout={"width": "auto"})
         self.solution_button = widgets.Button(description="Solution", layout={"width": "auto"})
         self.give_up_button = widgets.Button(description="Give up", layout={"width": "auto"})
         self.message = widgets.HTML()
+        self.progress_line = widgets.HTML(self._progress())
         self.hint_button.on_click(lambda _: self.hint())
         self.reset_button.on_click(lambda _: self.reset())
         self.solution_button.on_click(lambda _: self.solution())
@@ -46,7 +51,7 @@ class ExercisePanel(RunPanel):
         # so the relative link opens the file in JupyterLab's editor.
         file_line = widgets.Output()
         file_line.append_display_data(HTML(self._file_line()))
-        header = widgets.VBox([widgets.HTML(self._title()), file_line])
+        header = widgets.VBox([widgets.HTML(self._title()), file_line, self.progress_line])
         buttons = widgets.HBox([self.hint_button, self.reset_button, self.solution_button, self.give_up_button])
         super().__init__(header, widgets.VBox([buttons, self.message]), "Check")
 
@@ -55,9 +60,15 @@ class ExercisePanel(RunPanel):
                 f"{html.escape(self.exercise.summary)}")
 
     def _file_line(self) -> str:
-        link = html.escape(self.path.as_posix())
-        return (f'Your file: <a href="{link}" target="_blank"><code>{link}</code></a>: '
-                "open it, edit it, save it, then press <b>Check</b>.")
+        # The link is relative to the notebook (JupyterLab opens it in its editor when the workspace is the
+        # folder it serves, as under `reliableq lab`); the text is the file's name alone, the same wherever
+        # the workspace is.
+        link = html.escape(os.path.relpath(self.path, Path.cwd()))
+        return (f'Your file: <a href="{link}" target="_blank"><code>{html.escape(self.path.name)}</code></a> '
+                "in your workspace: open it, edit it, <b>save it</b>, then press <b>Check</b>.")
+
+    def _progress(self) -> str:
+        return f"<small>{html.escape(progress.yours(self.workspace))} (✓ passed, ✗ failing, · not yet)</small>"
 
     def _solution_allowed(self) -> None:
         self.solution_button.disabled = not (self.given_up or self.workspace.state(self.exercise) == "passed")
@@ -91,17 +102,18 @@ class ExercisePanel(RunPanel):
         return f"the check of {self.exercise.name} ({self.path.as_posix()})"
 
     def picture(self) -> str:
-        return (f"{self._title()}<br>{self._file_line()}<br>"
-                f"{self.pictured_button()}")
+        return f"{self._title()}<br>{self._file_line()}<br>{self._progress()}<br>{self.pictured_button()}"
 
     async def work(self) -> CheckResult:
         text = self.workspace.read(self.exercise)
         if text is None:
             raise FileNotFoundError(f"{self.path.as_posix()} is not there: press Reset to write the starter")
+        self.graded = _graded(self.path)
         result = await check(self.exercise, text, seed=self.seed, seeds=self.seeds,
                              earlier=earlier_code(self.exercise, self.workspace))
         if result.outcome is not Outcome.COULD_NOT_RUN:
             self.workspace.record(self.exercise, state="passed" if result.outcome is Outcome.PASSED else "failing")
+            self.progress_line.value = self._progress()
         return result
 
     def mark(self, result: CheckResult) -> str:
@@ -110,6 +122,17 @@ class ExercisePanel(RunPanel):
     def show(self, result: CheckResult) -> None:
         self.last_result = result
         self._solution_allowed()
-        self.output.append_stdout(result.text() + "\n")
-        if result.run is not None:
+        self.output.append_stdout(f"{result.text()}\n{self.graded}\n")
+        # One verdict: the stage's run is shown when it is the verdict's evidence (the check passed, or the
+        # run itself broke the guarantee), never a run that held beside a check failed elsewhere.
+        if result.run is not None and (result.outcome is Outcome.PASSED or result.run.breaches()):
             append_views(self.output, result.run)
+
+
+def _graded(path: Path) -> str:
+    """Which file a check grades, and when it was last saved: an edit not saved yet is not in it."""
+    saved = path.stat().st_mtime
+    ago = time.time() - saved
+    when = f"{ago:.0f} s ago" if ago < 120 else f"{ago / 60:.0f} min ago" if ago < 7200 else "hours ago"
+    return (f"Graded {path.name} as saved at {time.strftime('%H:%M:%S', time.localtime(saved))} ({when}); "
+            "unsaved edits in the editor are not in it.")

@@ -47,6 +47,13 @@ def line(taken: dict) -> str:
     return f"{taken['learner']}: {passed} of {len(rows)} passed  {marks}"
 
 
+def yours(workspace: Workspace | None = None) -> str:
+    """The learner's own line, as the notebooks show it: the workspace's (reliableq/lab/places.py) unless
+    another is given."""
+    from reliableq.lab.exercises import EXERCISES
+    return line(snapshot(workspace or Workspace(), EXERCISES.values(), learner="Your progress"))
+
+
 def write(taken: dict, folder: Path) -> Path:
     """Put the record in `folder`, one file per learner (a later record replaces their earlier one)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ Nothing here ever overwrites a learner's file without first copying it into `bac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -16,6 +17,7 @@ from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.places import workspace_folder
 
 PROGRESS = "progress.json"
+COPIED = "notebooks.json"  # each notebook copied in: the digest of the shipped version it was copied from
 STATES = ("todo", "failing", "passed")
 
 
@@ -93,3 +95,33 @@ class Workspace:
         number = min(seen + 1, len(exercise.hints))
         self.record(exercise, hints=number)
         return number, exercise.hints[number - 1]
+
+    # -- notebooks -----------------------------------------------------------------------------
+
+    def copy_notebooks(self, shipped: Path, fresh: bool = False) -> tuple[list[str], list[str]]:
+        """Copy each of the clone's notebooks in `shipped` that is not here yet, so a learner saves their own
+        copy and never the clone's. A copy whose shipped notebook changed since (a `git pull`) is kept, unless
+        `fresh`: then it is backed up and replaced. Returns (the notebooks copied, those kept though the
+        clone's changed)."""
+        self.ready()
+        record_path = self.folder / COPIED
+        try:
+            record = json.loads(record_path.read_text())
+        except (FileNotFoundError, ValueError):
+            record = {}
+        copied, stale = [], []
+        for source in sorted(shipped.glob("*.ipynb")):
+            digest = hashlib.sha256(source.read_bytes()).hexdigest()
+            target = self.folder / source.name
+            if target.exists():
+                if record.get(source.name) == digest:
+                    continue  # the learner's copy of the clone's notebook as it is
+                if not fresh:
+                    stale.append(source.name)
+                    continue
+                self.back_up(target)
+            shutil.copy2(source, target)
+            record[source.name] = digest
+            copied.append(source.name)
+        record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return copied, stale
