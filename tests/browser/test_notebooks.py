@@ -66,7 +66,8 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     """After Run All: a wrong prediction is answered with the right one and why. The panel runs with
     fencing off (it breaks), then with fencing and idempotency ticked: each run shows its live status
     line, and the second result, the guarantee held, replaces the first right under the buttons. Once the
-    kernel is shut down, the panel says so."""
+    kernel is shut down, the panel says so; saved and opened again, it shows what it showed, never
+    "Error displaying widget"."""
     notebook = open_notebook("05_fencing.ipynb")
     notebook.run_all_cells(timeout_seconds=120, expected_stderr=[REFUSED_STALE_FINALIZE])
     check = notebook.code_cell("SelfCheck(")
@@ -97,6 +98,12 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     expect(gone).to_be_hidden()
     notebook.menu("Kernel", "Shut Down Kernel")
     expect(gone).to_be_visible(timeout=30_000)
+
+    notebook.menu("File", "Save Notebook")  # as JupyterLab's autosave does, the panels live
+    reopened = open_notebook("05_fencing.ipynb")
+    expect(reopened.code_cell("ScenarioPanel(")).to_contain_text("The guarantee held.", timeout=30_000)
+    expect(reopened.code_cell("SelfCheck(")).to_contain_text("Not quite: the answer is 2")
+    expect(reopened.panel).not_to_contain_text("Error displaying widget")
 
 
 @pytest.mark.timeout(300)

@@ -59,11 +59,11 @@ class ExercisePanel(RunPanel):
         return (f"<b>Write it yourself: exercise {self.exercise.stage_number:02d} {self.exercise.name}</b>: "
                 f"{html.escape(self.exercise.summary)}")
 
-    def _file_line(self) -> str:
-        # The link is relative to the notebook (JupyterLab opens it in its editor when the workspace is the
-        # folder it serves, as under `reliableq lab`); the text is the file's name alone, the same wherever
-        # the workspace is.
-        link = html.escape(os.path.relpath(self.path, Path.cwd()))
+    def _file_line(self, live: bool = True) -> str:
+        # A link relative to the notebook, which JupyterLab opens in its editor: live, from wherever this
+        # kernel runs; in the saved picture, from the learner's copy of the notebook, beside the file in the
+        # workspace `reliableq lab` serves.
+        link = html.escape(os.path.relpath(self.path, Path.cwd()) if live else self.path.name)
         return (f'Your file: <a href="{link}" target="_blank"><code>{html.escape(self.path.name)}</code></a> '
                 "in your workspace: open it, edit it, <b>save it</b>, then press <b>Check</b>.")
 
@@ -102,7 +102,8 @@ class ExercisePanel(RunPanel):
         return f"the check of {self.exercise.name} ({self.path.as_posix()})"
 
     def picture(self) -> str:
-        return f"{self._title()}<br>{self._file_line()}<br>{self._progress()}<br>{self.pictured_button()}"
+        return (f"{self._title()}<br>{self._file_line(live=False)}<br>{self._progress()}<br>"
+                f"{self.pictured_button()}")
 
     async def work(self) -> CheckResult:
         text = self.workspace.read(self.exercise)
