@@ -94,12 +94,15 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     expect(result.locator("table")).to_have_count(1)
     expect(result.locator("table")).to_contain_text("job-1")
 
+    notebook.panel.locator(".jp-Notebook").click()  # the notebook has the focus, then Ctrl+S, as a learner
+    notebook.page.keyboard.press("Control+s")  # saves it (JupyterLab's autosave does the same), panels live
+    expect(notebook.page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+
     gone = panel.get_by_text("This panel's kernel is gone")
     expect(gone).to_be_hidden()
     notebook.menu("Kernel", "Shut Down Kernel")
     expect(gone).to_be_visible(timeout=30_000)
 
-    notebook.menu("File", "Save Notebook")  # as JupyterLab's autosave does, the panels live
     reopened = open_notebook("05_fencing.ipynb")
     expect(reopened.code_cell("ScenarioPanel(")).to_contain_text("The guarantee held.", timeout=30_000)
     expect(reopened.code_cell("SelfCheck(")).to_contain_text("Not quite: the answer is 2")
