@@ -150,14 +150,6 @@ class Worker:
         except SimulatedCrash as crash:
             self._die(crash)
             return self.stats
-        except asyncio.CancelledError:
-            # Stopped without grace (a lab run the user stopped): wherever it was, even paused in a claim,
-            # its handlers go too, and their jobs are left to lease expiry.
-            for task in self._handlers:
-                task.cancel()
-            if self._handlers:
-                await asyncio.wait(set(self._handlers))
-            raise
         finally:
             if listener is not None:
                 listener.cancel()

@@ -105,13 +105,10 @@ class LocalSystem:
         self._tasks.append(task)
         return task
 
-    async def stop_workers(self, at_once: bool = False) -> list[WorkerStats]:
+    async def stop_workers(self) -> list[WorkerStats]:
         """Ask every in-process worker to stop; their stats once each has (in-flight handlers finish
-        within their grace). `at_once`: cancel them instead, wherever they are (a claim or a handler
-        paused for good included); a cancelled worker has no stats."""
-        for task in self._tasks if at_once else ():
-            task.cancel()
-        for worker in () if at_once else self._workers:
+        within their grace)."""
+        for worker in self._workers:
             worker.request_stop()
         results = await asyncio.gather(*self._tasks, return_exceptions=True)
         for charges in self._charge_clients:
@@ -273,12 +270,8 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         stack.callback(_kill_all, system.worker_processes)
         try:
             yield system
-        except BaseException:
-            # A run that ends early (Stop, an error) is not waited for: a handler paused for good would hold
-            # the teardown for its worker's whole grace (stage 05's worker-1 has 60 s).
-            await system.stop_workers(at_once=True)
-            raise
-        await system.stop_workers()
+        finally:
+            await system.stop_workers()
 
 
 async def _serve_in_thread(stack: AsyncExitStack, app) -> str:
