@@ -1,5 +1,6 @@
 """The notebooks' interactive pieces: a panel that re-runs a stage's scenario, one that runs the chaos
-suite, one that checks the learner's own code for an exercise, and the "predict, then run" check.
+suite, one that checks the learner's own code for an exercise, and the "predict, then run" check, which
+holds back the results of the runs it asks about until it is answered.
 
 A panel shows exactly one result, right under its buttons: a new run replaces the last. While a run is
 going, a status line says what it runs, for how long, and the wait under way with its deadline; Stop
@@ -7,19 +8,27 @@ ends the run, and its system is torn down as after any run (workers stopped, ser
 databases dropped). A run that fails says, in one line, how long it really ran and why — never a
 traceback. Each piece also carries a static picture of itself, which is all a saved notebook keeps of it
 (reliableq/lab/resave.py): a notebook opened before it is run shows the pictures, each saying to run the
-notebook, instead of widgets without a kernel. What this does not do: decide anything about a job; it
-calls the stages and the chaos suite.
+notebook (or, for a result held back, to answer the prediction), instead of widgets without a kernel. What
+this does not do: decide anything about a job; it calls the stages and the chaos suite.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import io
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from IPython import get_ipython
+from IPython.core.displaypub import DisplayPublisher
 from IPython.display import HTML, display
 
 from reliableq.config import Mechanisms
@@ -35,6 +44,7 @@ STAGE_DEFAULT = "stage default"  # the crash-point choice that leaves the stage'
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 RUN_FIRST = "Run the notebook (Run ▸ Run All Cells) to use this panel."
 KERNEL_GONE = "This panel's kernel is gone (shut down or restarted): run all cells again to use it."
+ANSWER_FIRST = "Answer the prediction above (pick one, press Check) to see what the run did."
 # The kernel cannot say it is gone, so the page does, by CSS: JupyterLab 4 marks a widget view whose kernel
 # restarted as `jupyter-widgets-disconnected`, and a notebook whose kernel was shut down or died shows an
 # execution indicator of status "unknown" or "dead" (a browser test shuts a kernel down and sees the notice).
@@ -265,7 +275,9 @@ class ChaosPanel(RunPanel):
 
 
 class SelfCheck(Pictured):
-    """A stage's 'predict, then run' question: pick an answer, press Check, read why."""
+    """A stage's 'predict, then run' question: pick an answer, press Check, read why. The cells that run
+    what it asks about show their results through it (`hidden_until_answered`), so that Run All does not
+    answer the question before the learner has."""
 
     def __init__(self, prediction: Prediction) -> None:
         self.answer, self.why = prediction.answer, prediction.why
@@ -275,6 +287,8 @@ class SelfCheck(Pictured):
         self.feedback = widgets.HTML()
         self.button.on_click(lambda _: self.check())
         self.question = prediction.question
+        self.answered = False
+        self.held: list[HiddenResult] = []
         self.widget = widgets.VBox([widgets.HTML(f"<b>Predict:</b> {html.escape(prediction.question)}"), self.choice,
                                     self.button, self.feedback])
 
@@ -284,12 +298,102 @@ class SelfCheck(Pictured):
                 "<i>Run the notebook (Run ▸ Run All Cells) to check your prediction.</i>")
 
     def check(self) -> bool:
-        correct = self.choice.value == self.answer
+        """Say whether the pick is right, and why; any pick, right or wrong, shows every held result."""
         if self.choice.value is None:
             self.feedback.value = "Pick an answer first."
-        elif correct:
+            return False
+        correct = self.choice.value == self.answer
+        if correct:
             self.feedback.value = f"✅ Right. {html.escape(self.why)}"
         else:
             self.feedback.value = (f"❌ Not quite: the answer is <i>{html.escape(self.answer)}</i>. "
                                    f"{html.escape(self.why)}")
+        self.answered = True
+        for held in self.held:
+            held.show()
         return correct
+
+    @contextmanager
+    def hidden_until_answered(self) -> Iterator[None]:
+        """The block's outputs (what it prints, logs, displays and draws) appear in its cell once this question
+        is answered; until then the cell says to answer it first."""
+        held = HiddenResult()
+        self.held.append(held)
+        display(held)
+        try:
+            with held.recording():
+                yield
+        finally:
+            if self.answered:  # a cell run after the answer shows its result at once
+                held.show()
+
+
+class HiddenResult(Pictured):
+    """One cell's outputs, held in the kernel until its prediction is answered: until then the page has
+    nothing of them (a saved notebook, or one autosaved by JupyterLab, cannot give the answer away), only
+    the line saying to answer first."""
+
+    def __init__(self) -> None:
+        self.outputs: list[dict[str, Any]] = []  # nbformat outputs, in the order the cell made them
+        self.lock = threading.Lock()  # the API logs from its server's thread while the cell runs
+        self.output = widgets.Output()
+        self.widget = widgets.VBox([widgets.HTML(self.picture()), self.output])
+
+    def picture(self) -> str:
+        return f"<i>{html.escape(ANSWER_FIRST)}</i>"
+
+    def show(self) -> None:
+        self.widget.children = (self.output,)
+        self.output.outputs = tuple(self.outputs)
+
+    def record(self, output: dict[str, Any]) -> None:
+        """Keep an output; consecutive writes to one stream make one output, as in a cell."""
+        with self.lock:
+            last = self.outputs[-1] if self.outputs else {}
+            if output["output_type"] == "stream" == last.get("output_type") and output["name"] == last["name"]:
+                last["text"] += output["text"]
+            else:
+                self.outputs.append(output)
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Record, instead of showing, what the block prints to stdout and stderr (log lines included: a
+        logger without a handler of its own writes to the current sys.stderr), what it displays, and the
+        matplotlib figures it leaves open, which the inline backend would otherwise draw once the cell ends."""
+        shell = get_ipython()
+        figures = set(plt.get_fignums())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        kept = sys.stdout, sys.stderr, shell.display_pub
+        sys.stdout, sys.stderr = _RecordedStream(self, "stdout"), _RecordedStream(self, "stderr")
+        shell.display_pub = _RecordedDisplays(self)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr, shell.display_pub = kept
+            for number in sorted(set(plt.get_fignums()) - figures):
+                data, metadata = shell.display_formatter.format(plt.figure(number))
+                self.record({"output_type": "display_data", "data": data, "metadata": metadata})
+                plt.close(number)
+
+
+class _RecordedStream(io.TextIOBase):
+    """sys.stdout or sys.stderr while a HiddenResult records."""
+
+    def __init__(self, held: HiddenResult, name: str) -> None:
+        self.held, self.name = held, name
+
+    def write(self, text: str) -> int:
+        self.held.record({"output_type": "stream", "name": self.name, "text": text})
+        return len(text)
+
+
+class _RecordedDisplays(DisplayPublisher):
+    """The shell's display publisher while a HiddenResult records."""
+
+    def __init__(self, held: HiddenResult) -> None:
+        super().__init__()
+        self.held = held
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs) -> None:
+        self.held.record({"output_type": "display_data", "data": data, "metadata": metadata or {}})

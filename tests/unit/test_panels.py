@@ -1,5 +1,6 @@
 """The notebook panels' run loop (reliableq/lab/panels.py), with stand-in scenarios that wait on events
-so every state is reached on purpose: the live status line, Stop, and a failure said in one line."""
+so every state is reached on purpose: the live status line, Stop, and a failure said in one line; and the
+prediction that holds back the results of its runs until it is answered."""
 
 from __future__ import annotations
 
@@ -9,15 +10,25 @@ import json
 import sys
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import nbformat
+import pandas as pd
 import pytest
+from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.pylabtools import select_figure_formats
+from IPython.display import display
+from traitlets.config import Config
 
 from reliableq.config import Mechanisms
 from reliableq.lab.exercises import backoff
 from reliableq.lab.exercises.checker import Outcome
 from reliableq.lab.exercises.panel import ExercisePanel
 from reliableq.lab.exercises.workspace import Workspace
-from reliableq.lab.panels import RUN_FIRST, STAGE_DEFAULT, ScenarioPanel
+from reliableq.lab.experiment import Prediction
+from reliableq.lab.panels import ANSWER_FIRST, RUN_FIRST, STAGE_DEFAULT, WIDGET_VIEW, ScenarioPanel, SelfCheck
 from reliableq.lab.places import WORKSPACE_VARIABLE
+from reliableq.lab.resave import without_live_widgets
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 
@@ -137,6 +148,105 @@ def test_the_lab_keeps_widget_messages_off_kernel_subshells_by_default():
     setting = schema["properties"]["commsOverSubshells"]
     value = overrides["@jupyterlab/apputils-extension:kernels-settings"]["commsOverSubshells"]
     assert value == "disabled" and value in [choice["const"] for choice in setting["oneOf"]]
+
+
+# -- SelfCheck: the results of the runs it asks about, held until it is answered --
+
+PREDICTION = Prediction("How many charges?", ["1", "2"], "2", "The retry sent no key.")
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    """An IPython shell as in a kernel, its display publisher keeping what cells display, figures drawn as
+    png as `%matplotlib inline` sets them."""
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    shell.display_pub = CapturingDisplayPublisher()
+    select_figure_formats(shell, {"png"})
+    yield shell
+    InteractiveShell.clear_instance()
+
+
+def run_gated_cell(check: SelfCheck) -> None:
+    """What a notebook's result cell does through its prediction: print the report, log (a logger without a
+    handler writes to sys.stderr, as the lab's do in a kernel), display a table, draw a chart."""
+    with check.hidden_until_answered():
+        print("The guarantee broke.")
+        print("worker-1: finalize refused", file=sys.stderr)
+        display(pd.DataFrame({"job": ["job-1"], "F": [2]}))
+        plt.subplots()
+
+
+def shown(held) -> list[str]:
+    return [output.get("name") or next(key for key in output["data"] if key != "text/plain")
+            for output in held.output.outputs]
+
+
+def test_a_result_is_held_until_the_prediction_is_answered(shell, capsys):
+    """Before an answer the cell shows one line saying to answer first; the report, the log line, the table
+    and the figure are held in the kernel, and none reaches the cell or pyplot's queue for the inline backend."""
+    check = SelfCheck(PREDICTION)
+    run_gated_cell(check)
+    (cell_output,) = shell.display_pub.outputs
+    assert cell_output["data"][WIDGET_VIEW]["model_id"] == check.held[0].widget.model_id
+    assert ANSWER_FIRST in check.held[0].widget.children[0].value
+    assert check.held[0].output.outputs == ()
+    assert [output.get("name") or "display" for output in check.held[0].outputs] == ["stdout", "stderr", "display",
+                                                                                     "display"]
+    assert capsys.readouterr() == ("", "") and plt.get_fignums() == []
+
+
+@pytest.mark.parametrize("pick", ["1", "2"], ids=["wrong", "right"])
+def test_check_with_an_answer_right_or_wrong_shows_every_held_result(shell, pick):
+    check = SelfCheck(PREDICTION)
+    run_gated_cell(check)
+    run_gated_cell(check)
+    check.choice.value = pick
+    assert check.check() is (pick == "2")
+    for held in check.held:
+        assert held.widget.children == (held.output,)  # the line saying to answer first is gone
+        assert shown(held) == ["stdout", "stderr", "text/html", "image/png"]
+        assert held.output.outputs[0]["text"] == "The guarantee broke.\n"
+
+
+def test_check_without_a_choice_shows_nothing(shell):
+    check = SelfCheck(PREDICTION)
+    run_gated_cell(check)
+    assert check.check() is False and check.feedback.value == "Pick an answer first."
+    assert check.held[0].output.outputs == () and ANSWER_FIRST in check.held[0].widget.children[0].value
+
+
+def test_a_cell_run_after_the_answer_shows_its_result_at_once(shell):
+    check = SelfCheck(PREDICTION)
+    check.choice.value = "1"
+    check.check()
+    run_gated_cell(check)
+    assert shown(check.held[0]) == ["stdout", "stderr", "text/html", "image/png"]
+
+
+def test_a_failing_cell_gives_the_cell_its_output_back(shell):
+    """The cell's own streams and display are back after an error, which the cell shows as usual."""
+    check = SelfCheck(PREDICTION)
+    streams, publisher = (sys.stdout, sys.stderr), shell.display_pub
+    with pytest.raises(RuntimeError), check.hidden_until_answered():
+        print("half a report")
+        raise RuntimeError("the run gave up")
+    assert (sys.stdout, sys.stderr) == streams and shell.display_pub is publisher
+    assert check.held[0].outputs == [{"output_type": "stream", "name": "stdout", "text": "half a report\n"}]
+
+
+def test_a_saved_notebook_shows_the_line_saying_to_answer_first(shell):
+    """What a notebook keeps of a held result once re-saved (or opened before it is run): the picture, the
+    same line as the live cell before an answer; never the result."""
+    check = SelfCheck(PREDICTION)
+    run_gated_cell(check)
+    (cell_output,) = shell.display_pub.outputs
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
+        nbformat.v4.new_output("display_data", cell_output["data"])])])
+    (saved,) = without_live_widgets(notebook).cells[0].outputs
+    assert saved["data"]["text/html"] == f'<div class="reliableq-picture"><i>{ANSWER_FIRST}</i></div>'
 
 
 # -- ExercisePanel: the learner's file, Hint, Reset, Solution; no database (broken code never reaches one) --
