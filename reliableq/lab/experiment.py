@@ -178,6 +178,7 @@ class Experiment:
 
     async def result(self, measurements: dict[str, Any] | None = None) -> ScenarioResult:
         """Stop the workers (in-flight handlers finish within their grace), then read what was recorded."""
+        watched = self.seconds()
         await self.system.stop_workers()
         recorded = {c.job_id: c for c in await self.system.counts()}
         jobs = [recorded.pop(job_id, None) or JobCounts(job_id, LOST, 0, 0, 0, 0, 0) for job_id in self.submitted]
@@ -185,7 +186,7 @@ class Experiment:
         events = await timeline.collect(self.system.databases, self.started,
                                         [self.system.api_faults, *self.fault_plans])
         return ScenarioResult(self.stage, self.mechanism, self.on, self.mechanisms, self.params, jobs, events,
-                              measurements or {})
+                              measurements or {}, watched)
 
 
 def arm_crash_all(plan: FaultPlan, point: str, handlers: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pandas as pd  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db
+from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
 from reliableq.lab.scenario import ScenarioResult, job_label
@@ -37,6 +39,10 @@ _MARKERS = {  # timeline event kind -> (marker, colour, label)
     "pause": ("|", "tab:gray", "pause"),
     "resume": ("|", "tab:olive", "resume"),
 }
+
+
+OPEN_ATTEMPT = "attempt still open when the run ended"
+QUIET_SHARE = 0.3  # a stretch with no event this share of the run is marked: it is what the run shows
 
 
 def database_banner() -> str:
@@ -88,8 +94,9 @@ def plot_counts(*results: ScenarioResult) -> plt.Figure:
 
 
 def plot_timeline(result: ScenarioResult, ax: plt.Axes | None = None) -> plt.Figure:
-    """Who did what when: one lane per worker (and the charge service), one marker per event,
-    and a bar for each attempt from its claim to its finalize or lease expiry."""
+    """Who did what when: one lane per worker (and the charge service), one marker per event, a bar for
+    each attempt from its claim to its finalize or lease expiry (dotted to the run's end if it had
+    neither), and a long stretch in which nothing happened marked as such."""
     events = result.event_rows()
     lanes = sorted({e["worker"] for e in events}, key=lambda w: (w == "charge-service", w))
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(10, 0.7 * len(lanes) + 1.6))
@@ -104,11 +111,25 @@ def plot_timeline(result: ScenarioResult, ax: plt.Axes | None = None) -> plt.Fig
             ax.plot([start, e["seconds"]], [y[e["worker"]]] * 2, color="lightsteelblue", linewidth=6,
                     solid_capstyle="butt", zorder=1)
     seen: set[str] = set()
+    watched = result.watched_seconds
+    last = max((e["seconds"] for e in events), default=0.0)
+    if watched is not None and watched > last:
+        # Neither finished nor expired while the run was watched: a claim held to the end.
+        for (worker, _), start in open_attempts.items():
+            ax.plot([start, watched], [y[worker]] * 2, color="lightsteelblue", linewidth=6, linestyle=(0, (1, 1)),
+                    zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
+            seen.add(OPEN_ATTEMPT)
+        if watched - last >= QUIET_SHARE * watched:
+            ax.axvspan(last, watched, color="whitesmoke", zorder=0)
+            ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
+                    ha="center", va="top", fontsize="small", color="dimgray")
     for e in events:
         marker, colour, name = _MARKERS.get(e["kind"], (".", "gray", e["kind"]))
         ax.scatter(e["seconds"], y[e["worker"]], marker=marker, color=colour, s=70, zorder=2,
                    label=None if name in seen else name)
         seen.add(name)
+    if watched is not None:
+        ax.set_xlim(right=max(watched, last) * 1.02 or None)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.7, len(lanes) - 0.3)
     ax.set_xlabel("seconds since the scenario began")
@@ -172,18 +193,95 @@ def checks_table(report: ChaosReport) -> pd.DataFrame:
     return pd.DataFrame([{"name": c.name, "held": c.held} for c in report.checks])
 
 
-def latest_bench(root: Path | None = None) -> dict[str, Any] | None:
-    """The newest `reliableq bench` results (results/bench/latest/results.json), or None."""
-    # The checkout that holds the package (this file is reliableq/lab/notebook.py).
-    results = (root or Path(__file__).resolve().parents[2]) / "results" / "bench" / "latest" / "results.json"
-    return json.loads(results.read_text()) | {"folder": str(results.parent)} if results.exists() else None
+def latest_bench(folder: Path | None = None) -> dict[str, Any] | None:
+    """The benchmark results notebook 11 shows: results.json of `folder`, by default the learner's newest
+    run, else the reference shipped with the notebooks (reliableq.lab.places.bench_results), with the
+    folder it came from; None when that folder holds no results."""
+    folder = folder or places.bench_results()
+    results = folder / "results.json"
+    return json.loads(results.read_text()) | {"folder": str(folder)} if results.is_file() else None
+
+
+def machine(results: dict[str, Any]) -> str:
+    """What the figures were measured on, from the run's environment (older runs record less)."""
+    env = results.get("environment", {})
+    where = f"{env.get('cpus')} CPUs" + (f" ({env['cpu_model']})" if env.get("cpu_model") else "")
+    if env.get("postgresql"):
+        where += f", PostgreSQL {env['postgresql']}"
+    if env.get("load_average_before") is not None:
+        where += f", load average {env['load_average_before']} as it began"
+    return where + (f"; {env['note']}" if env.get("note") else "")
 
 
 def bench_banner(results: dict[str, Any] | None) -> str:
+    """Whose results these are, when and on what they were measured, and how to make one's own."""
+    make_own = "`reliableq bench --profile quick` in the repository"
     if results is None:
-        return ("Benchmark results: none yet. Run `reliableq bench --profile quick` in the repository, "
-                "then re-run this notebook.")
-    return f"Benchmark results: profile {results['profile']}, seed {results['seed']}, started {results['started_at']}."
+        return f"Benchmark results: none found. Run {make_own}, then re-run this notebook."
+    when = results["started_at"][:16].replace("T", " ")
+    measured = f"profile {results['profile']}, measured {when} on {machine(results)}"
+    if results.get("reference"):
+        took = divmod(round(results["seconds"]), 60)
+        return (f"Benchmark results: the reference shipped with the notebooks ({places.REFERENCE_BENCH_FOLDER}), "
+                f"{measured}. Yours will differ: {make_own} (it took {took[0]} min {took[1]:02d} s there) "
+                "makes your own, and this notebook then shows them.")
+    return (f"Benchmark results: your own run ({places.shown(Path(results['folder']))}), {measured}. The reference "
+            f"shipped with the notebooks is in {places.REFERENCE_BENCH_FOLDER}.")
+
+
+def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
+    """What each mechanism costs: jobs/s of the same charged jobs with every mechanism on and with each one
+    off in turn, from one bench run (its `mechanism_costs`); the grey band is the spread of the all-on runs.
+    A point whose gate failed has no bar and names what broke; the caption says what the gate waived and
+    which mechanisms are not switched off, and why. None when the run has no mechanisms scenario."""
+    costs = results.get("mechanism_costs")
+    if not costs:
+        return None
+    rows = costs["rows"]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 3.2))
+    y = range(len(rows))
+    ax.barh(y, [r["jobs_per_second"] or 0 for r in rows],
+            color=["tab:gray" if r["off"] is None else "tab:blue" for r in rows])
+    ax.set_yticks(y, [r["point"] for r in rows])
+    ax.invert_yaxis()  # all on first, as measured
+    all_on = costs["all_on_jobs_per_second"]
+    if all_on:
+        ax.axvspan(min(all_on), max(all_on), color="tab:gray", alpha=0.25, label="all on: spread of its runs")
+        ax.legend(loc="lower right", fontsize=8)
+    for row_y, r in zip(y, rows, strict=True):
+        if r["jobs_per_second"]:
+            text = f" {r['jobs_per_second']:,.0f} jobs/s, {r['ratio_to_all_on']:.2f}x all on"
+            if (r["claims_per_job"] or 1) > 1.005:
+                text += f", {r['claims_per_job']:.2f} claims per job"
+        else:
+            text = " failed: " + "; ".join(r["broken"])
+        ax.text(r["jobs_per_second"] or 0, row_y, text, va="center", fontsize=8)
+    ax.set_xlim(0, 1.45 * max([r["jobs_per_second"] or 0 for r in rows] + [1]))
+    ax.set(xlabel="jobs finished per second (higher is cheaper)",
+           title=f"What each mechanism costs: {costs['jobs']:,} charged jobs, {costs['workers']} workers x "
+                 f"{costs['permits']} permits, one run")
+    waived = sorted({f"{name} ({why})" for r in rows for name, why in r["waived"].items()})
+    caption = [f"Measured on {machine(results)}. All on ran first and again last: a ratio inside the band is "
+               "no measurable cost.",
+               "Gate: every run is held to every invariant" + (", except: " + "; ".join(waived) if waived else "")
+               + ".",
+               "Not switched off: " + "; ".join(f"{name}: {why}" for name, why in costs["not_measured"].items())
+               + "."]
+    text = "\n".join(textwrap.fill(line, 150) for line in caption)
+    lines = text.count("\n") + 1
+    fig.tight_layout(rect=(0, 0.035 * lines + 0.02, 1, 1))
+    fig.text(0.01, 0.01, text, fontsize=7, va="bottom")
+    return fig
+
+
+def show_mechanism_costs(results: dict[str, Any] | None) -> None:
+    """The mechanism-cost chart, or a line saying how to measure it."""
+    fig = plot_mechanism_costs(results) if results else None
+    if fig is None:
+        print("No mechanism costs in these results: `reliableq bench --scenarios mechanisms` measures them.")
+        return
+    display(fig, include=["image/png"])
+    plt.close(fig)
 
 
 def show_bench(results: dict[str, Any] | None) -> None:

@@ -101,6 +101,9 @@ class ScenarioResult:
     jobs: list[JobCounts]
     events: list[timeline.Event]
     measurements: dict[str, Any] = field(default_factory=dict)
+    # How long the run was watched (seconds since it began, on the timeline's clock): the quiet stretch
+    # after the last event is part of the story (a stranded job shows as nothing happening).
+    watched_seconds: float | None = None
 
     def labels(self) -> dict[str, str]:
         """Job id -> job-N; labels rather than ids so seeded runs compare equal."""

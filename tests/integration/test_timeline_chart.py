@@ -1,0 +1,34 @@
+"""The timeline shows what a stranded job looks like: with leases off, worker-1's claim stays open to the end of
+the run and the 2.5 lease lengths worker-2 waited in vain are drawn as time in which nothing happened (they
+were once squeezed into the first 0.05 s); with leases on, every attempt ends and no quiet stretch is marked."""
+
+from __future__ import annotations
+
+import stages
+from reliableq.lab import notebook as nb
+from reliableq.lab.scenario import ScenarioParams
+
+
+def _texts(figure) -> list[str]:
+    return [text.get_text() for text in figure.axes[0].texts]
+
+
+def _legend(figure) -> list[str]:
+    return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+
+
+async def test_a_stranded_claim_is_drawn_to_the_end_of_a_run_in_which_nothing_more_happened():
+    params = ScenarioParams(seed=1)
+    off = await stages.get("leases").scenario(False, params)
+    assert off.watched_seconds >= 2 * params.lease_seconds
+    figure = nb.plot_timeline(off)
+    assert figure.axes[0].get_xlim()[1] >= off.watched_seconds
+    assert nb.OPEN_ATTEMPT in _legend(figure)
+    assert any(text.startswith("nothing happened for 2.") for text in _texts(figure)), _texts(figure)
+
+
+async def test_a_run_whose_attempts_all_end_has_no_open_attempt_and_no_quiet_stretch():
+    on = await stages.get("leases").scenario(True, ScenarioParams(seed=1))
+    figure = nb.plot_timeline(on)
+    assert nb.OPEN_ATTEMPT not in _legend(figure)
+    assert not _texts(figure)
