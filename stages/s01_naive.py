@@ -31,7 +31,8 @@ PREDICTION = Prediction(
     answer="They are identical: A = H = C = F = 1 for every job in both",
     why=(
         "Mechanisms only act when something goes wrong. Nothing went wrong here, so nothing tells the two queues "
-        "apart."
+        "apart: correct-looking output on the happy path is no evidence at all. To see what a mechanism is for, you "
+        "have to make the thing it guards against happen."
     ),
 )
 

@@ -33,7 +33,8 @@ PREDICTION = Prediction(
     answer="LOST, A = H = C = F = 0: the database has no such job",
     why=(
         "The insert never ran, so there is no row for any worker to find. The only trace of job-1 is the id in the "
-        "client's hand."
+        "client's hand. The other three ran normally, which is what makes this failure so hard to notice in "
+        "production: almost everything works."
     ),
 )
 CRASH_POINT = "after_ack_before_commit"  # the API's only fault point; not taken from params

@@ -36,7 +36,8 @@ PREDICTION = Prediction(
     answer="Twice: both workers believe they own every job",
     why=(
         "The naive UPDATE marks the job RUNNING without checking it was still PENDING, so both updates succeed. "
-        "PostgreSQL does serialize them, but serializing two updates that both succeed does not help."
+        "PostgreSQL does serialize them, but serializing two updates that both succeed does not help. Each worker's "
+        "own view is perfectly consistent, which is why neither logs anything."
     ),
 )
 

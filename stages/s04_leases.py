@@ -37,7 +37,8 @@ PREDICTION = Prediction(
     answer="They stay RUNNING: no worker will ever claim them again",
     why=(
         "The claim was committed before worker-1 died; closing its connection releases no row, because no lock is "
-        "held any more. RUNNING is just a column value, and nothing is responsible for changing it back."
+        "held any more. RUNNING is just a column value, and nothing is responsible for changing it back: waiting "
+        "longer would not help."
     ),
 )
 CRASH_POINT = "after_claim_before_effect"  # default; params.crash_point overrides

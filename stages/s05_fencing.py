@@ -38,7 +38,8 @@ PREDICTION = Prediction(
     answer="2: both finalizes succeed and both are recorded",
     why=(
         "Without the token in its WHERE clause, the update matches the row whatever its state, so it succeeds; both "
-        "attempts end as 'succeeded'."
+        "attempts end as 'succeeded'. The queue's own history now claims two different workers each completed the "
+        "job."
     ),
 )
 PAUSE_POINT = "after_effect_before_finalize"

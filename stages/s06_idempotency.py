@@ -33,8 +33,9 @@ PREDICTION = Prediction(
     answer="2 — one per handler run",
     why=(
         "The charge committed in the charge service's database before the crash, and nothing in the queue can roll "
-        "it back. Leases and fencing decide who may <i>finalize</i> a job; they know nothing about effects already "
-        "made. Without a key, worker-2's retry looks like a brand-new payment."
+        "it back. Leases and fencing decide who may finalize a job (once each, here); they know nothing about "
+        "effects already made. Without a key, worker-2's retry looks like a brand-new payment, and the charge "
+        "service answers it created (201)."
     ),
 )
 CRASH_POINT = "after_effect_before_finalize"  # default; params.crash_point overrides

@@ -65,10 +65,14 @@ class Pictured:
     def picture(self) -> str:
         raise NotImplementedError
 
+    def plain(self) -> str:
+        """The picture for a reader that shows no HTML."""
+        return f"{type(self).__name__}: run the notebook to use it"
+
     def _ipython_display_(self) -> None:
         view = self.widget._repr_mimebundle_()[WIDGET_VIEW]
         display({WIDGET_VIEW: view, "text/html": f'<div class="reliableq-picture">{self.picture()}</div>',
-                 "text/plain": f"{type(self).__name__}: run the notebook to use it"}, raw=True)
+                 "text/plain": self.plain()}, raw=True)
 
 
 def _box(checked: bool) -> str:
@@ -341,6 +345,9 @@ class HiddenResult(Pictured):
 
     def picture(self) -> str:
         return f"<i>{html.escape(ANSWER_FIRST)}</i>"
+
+    def plain(self) -> str:
+        return ANSWER_FIRST
 
     def show(self) -> None:
         self.widget.children = (self.output,)

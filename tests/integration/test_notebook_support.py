@@ -4,6 +4,7 @@ the notebooks' widgets render when opened in JupyterLab."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import socket
@@ -82,10 +83,10 @@ def test_self_check_says_whether_the_prediction_was_right():
 
 def test_predictions_live_with_their_stage_not_in_the_notebook():
     """Each stage notebook asks its stage's question, and nothing a learner reads before answering (the
-    cells up to the question) spells out the answer; the run after it may."""
+    cells up to the question) spells out the answer."""
     for stage, path in zip(stages.STAGES, _notebooks()[1:10], strict=True):
         sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
-        asked = sources.index("panels.SelfCheck(stage.PREDICTION)")
+        asked = sources.index(ASKED)
         assert not [source for source in sources[:asked + 1] if stage.PREDICTION.answer in source], path.stem
     with pytest.raises(ValueError, match="not one of the options"):
         Prediction("?", ["a"], "b", "")
@@ -93,6 +94,30 @@ def test_predictions_live_with_their_stage_not_in_the_notebook():
 
 def _notebooks() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+ASKED = "prediction = panels.SelfCheck(stage.PREDICTION)\nprediction"
+HELD = "with prediction.hidden_until_answered():\n"
+
+
+@pytest.mark.parametrize("path", _notebooks()[1:10], ids=lambda p: p.stem)
+def test_a_saved_stage_notebook_shows_nothing_of_the_runs_before_its_prediction_is_answered(path):
+    """From the question to the last cell it holds back, every code cell of the saved notebook (what nbval
+    also compares with a fresh run) shows only the line saying to answer first; and every cell before the
+    scenario panel that runs the stage or shows its results is in that stretch."""
+    cells = json.loads(path.read_text())["cells"]
+    sources = ["".join(cell["source"]) for cell in cells]
+    asked = sources.index(ASKED)
+    panel = next(i for i, source in enumerate(sources) if source.startswith("panels.ScenarioPanel("))
+    held = [i for i, source in enumerate(sources) if source.startswith(HELD)]
+    results = [i for i in range(asked + 1, panel)
+               if cells[i]["cell_type"] == "code" and ("stage.scenario(" in sources[i] or "nb." in sources[i])]
+    assert results and set(results) <= set(held) and max(held) < panel
+    picture = f'<div class="reliableq-picture"><i>{html.escape(panels.ANSWER_FIRST)}</i></div>'
+    for cell in cells[asked + 1:max(held) + 1]:
+        if cell["cell_type"] == "code":
+            assert [(output["output_type"], "".join(output.get("data", {}).get("text/html", "")))
+                    for output in cell["outputs"]] == [("display_data", picture)], "".join(cell["source"])
 
 
 def test_notebooks_are_in_reading_order_one_per_stage():
