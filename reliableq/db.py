@@ -356,6 +356,9 @@ async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
                      hold_seconds=hold_seconds)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
+    except asyncio.CancelledError:  # a stopped run: its half-open pool would go on connecting
+        await pool.close()
+        raise
     except Exception as error:  # PoolTimeout hides the real reason; connect once to report it
         await pool.close()
         connect(url).close()

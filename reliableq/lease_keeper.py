@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from reliableq.cancelling import event_set_within
 from reliableq.queue import Job, Queue
 
 log = logging.getLogger("reliableq.worker")
@@ -71,11 +72,8 @@ class LeaseKeeper:
         # A third of the lease: two renewals can fail or run late before the lease is lost.
         interval = self.lease_seconds / 3
         while True:
-            try:
-                await asyncio.wait_for(self._stop.wait(), interval)
+            if await event_set_within(self._stop, interval):
                 return
-            except TimeoutError:
-                pass
             if self._suspended:
                 continue
             try:

@@ -17,11 +17,11 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass
 
 import psycopg
 
+from reliableq.cancelling import event_set_within
 from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS
 from reliableq.queue import Queue
 
@@ -92,5 +92,4 @@ async def prune_every(queue: Queue, policy: RetentionPolicy, every_seconds: floa
         except psycopg.OperationalError as error:  # PoolTimeout included
             log.warning("prune pass failed, trying again in %g s: %s: %s", every_seconds, type(error).__name__,
                         " ".join(str(error).split()))
-        with suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_seconds)
+        await event_set_within(stop, every_seconds)

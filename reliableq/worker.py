@@ -26,6 +26,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from reliableq.backoff import Backoff, RetryDelays
+from reliableq.cancelling import cancel_and_wait, event_set_within
 from reliableq.config import WorkerSettings
 from reliableq.finalize_decision import FinalizeDecision, decide
 from reliableq.group_commit import GroupCommitter
@@ -142,14 +143,17 @@ class Worker:
                     continue  # just said it is idle: look once more before waiting
                 if not jobs or len(jobs) >= limit:
                     # Idle or full: wait for a poll tick, a submission, a finished handler, or a stop.
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
-                    except TimeoutError:
-                        pass
+                    await event_set_within(self._wake, self.settings.poll_seconds)
             await self._drain()
         except SimulatedCrash as crash:
             self._die(crash)
             return self.stats
+        except asyncio.CancelledError:
+            # Stopped without grace (a lab run the user stopped): as a killed process would, wherever it was
+            # (a claim or a handler paused for good included); its jobs are left to lease expiry.
+            self._abandon()
+            await cancel_and_wait(self._handlers)
+            raise
         finally:
             if listener is not None:
                 listener.cancel()
@@ -199,11 +203,14 @@ class Worker:
             log.error("handler failed unexpectedly: %r", error)
 
     def _die(self, crash: SimulatedCrash) -> None:
-        """Stop as a killed process would: no finalize, no lease release, nothing more claimed."""
         if self.stats.crashed_at is None:
             self.stats.crashed_at = crash.point
             log.warning("worker %s crashed (simulated) at %s", self.worker_id, crash.point,
                         extra={"worker_id": self.worker_id})
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Stop as a killed process would: no finalize, no lease release, nothing more claimed."""
         self._stopping.set()
         self._wake.set()
         self.successes.abandon()

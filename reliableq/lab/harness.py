@@ -26,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from reliableq import db, scratch, sql
 from reliableq.api import create_api_app
+from reliableq.cancelling import cancel_and_wait, to_thread_to_its_end
 from reliableq.charge.client import ChargeClient
 from reliableq.charge.handler import standard_handlers
 from reliableq.charge.service import ChargeFaults, create_charge_app
@@ -105,10 +106,13 @@ class LocalSystem:
         self._tasks.append(task)
         return task
 
-    async def stop_workers(self) -> list[WorkerStats]:
+    async def stop_workers(self, at_once: bool = False) -> list[WorkerStats]:
         """Ask every in-process worker to stop; their stats once each has (in-flight handlers finish
-        within their grace)."""
-        for worker in self._workers:
+        within their grace). `at_once`: cancel them instead, wherever they are (a claim or a handler
+        paused for good included); a cancelled worker has no stats."""
+        if at_once:
+            await cancel_and_wait(self._tasks)
+        for worker in () if at_once else self._workers:
             worker.request_stop()
         results = await asyncio.gather(*self._tasks, return_exceptions=True)
         for charges in self._charge_clients:
@@ -227,7 +231,7 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         if databases is None:
             databases = stack.enter_context(scratch.scratch_databases(database_prefix))
         else:
-            await asyncio.to_thread(db.migrate, databases)
+            await to_thread_to_its_end(db.migrate, databases)
         started: list[processes.CliProcess] = []
         stack.callback(_kill_all, started)
         charge_url = api_url = ""
@@ -270,15 +274,18 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
         stack.callback(_kill_all, system.worker_processes)
         try:
             yield system
-        finally:
-            await system.stop_workers()
+        except BaseException:
+            # A run that ends early (Stop, an error) is not waited for: a handler paused for good would hold
+            # the teardown for its worker's whole grace (stage 05's worker-1 has 60 s).
+            await system.stop_workers(at_once=True)
+            raise
+        await system.stop_workers()
 
 
 async def _serve_in_thread(stack: AsyncExitStack, app) -> str:
     server = LoopbackServer(app)
-    url = await asyncio.to_thread(server.start)
     stack.callback(server.stop)
-    return url
+    return await to_thread_to_its_end(server.start)
 
 
 def _off_args(mechanisms: Mechanisms) -> list[str]:

@@ -166,7 +166,8 @@ async def _direct_held(result: CheckResult, exercise: Exercise, pieces: Pieces, 
 
 async def _scenario_held(result: CheckResult, exercise: Exercise, pieces: Pieces, seed: int, replay: str,
                          shown: bool = True) -> bool:
-    scenario, run = await asyncio.wait_for(exercise.scenario(pieces, seed), SCENARIO_DEADLINE_SECONDS)
+    async with asyncio.timeout(SCENARIO_DEADLINE_SECONDS):  # not wait_for: it can lose a Stop (reliableq.cancelling)
+        scenario, run = await exercise.scenario(pieces, seed)
     if shown:
         result.run = run
     return _held(result, scenario, replay)
@@ -188,7 +189,8 @@ async def _chaos_held(result: CheckResult, exercise: Exercise, pieces: Pieces, c
                       earlier: Sequence[tuple[Exercise, str]]) -> bool:
     config = replace(CHAOS, seed=chaos_seed, pieces=pieces)
     try:
-        report = await asyncio.wait_for(run_chaos(config), CHAOS_DEADLINE_SECONDS)
+        async with asyncio.timeout(CHAOS_DEADLINE_SECONDS):
+            report = await run_chaos(config)
     except RuntimeError as error:  # the run could not go on: the API refused a submission (500)
         # A learner's accept that raised inside the API recorded where: say that line instead.
         for learner_error in getattr(pieces.submission_order, "errors", ()):
