@@ -4,6 +4,7 @@ error output, and a stage's panel answers a click with a result."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -14,13 +15,15 @@ pytest.importorskip("playwright.sync_api", reason="the playwright package is not
 from playwright.sync_api import expect  # noqa: E402  (only once playwright is known to be there)
 
 from reliableq.lab.exercises import fencing  # noqa: E402
+from reliableq.lab.panels import ANSWER_FIRST  # noqa: E402
 from reliableq.lab.places import WORKSPACE_VARIABLE  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-# Worker-1's refused stale finalizes: 05 shows them on purpose (its "fencing on" run), as log lines that
-# name the job by its id or by its label.
+# Worker-1's refused stale finalizes: 05 shows them on purpose (its "fencing on" run, once its prediction is
+# answered), as log lines that name the job by its id or by its label.
 REFUSED_STALE_FINALIZE = r"worker worker-1: finalize \(succeed\) of .+ refused: its lease was lost"
+HELD_RESULTS_05 = 6  # the cells of 05 whose results wait for its prediction: two runs, table, chart, two timelines
 
 
 @pytest.mark.timeout(180)
@@ -59,21 +62,41 @@ def test_a_notebook_opened_before_it_is_run_shows_pictures_not_dead_widgets(open
     expect(notebook.panel).not_to_contain_text("Error displaying widget")
     if notebook_path == "05_fencing.ipynb":
         expect(notebook.panel.get_by_text("to check your prediction.")).to_have_count(1)
+        expect(notebook.panel.get_by_text(ANSWER_FIRST)).to_have_count(HELD_RESULTS_05)
 
 
 @pytest.mark.timeout(300)
 def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_last(open_notebook):
-    """After Run All: a wrong prediction is answered with the right one and why. The panel runs with
-    fencing off (it breaks), then with fencing and idempotency ticked: each run shows its live status
-    line, and the second result, the guarantee held, replaces the first right under the buttons. Once the
-    kernel is shut down, the panel says so; saved and opened again, it shows what it showed, never
-    "Error displaying widget"."""
+    """After Run All, nothing of the runs the prediction asks about is on the page, only the line saying to
+    answer first, and Check without a pick changes nothing; a wrong prediction is answered with the right
+    one and why, and every held result appears, log lines included. The panel runs with fencing off (it
+    breaks), then with fencing and idempotency ticked: each run shows its live status line, and the second
+    result, the guarantee held, replaces the first right under the buttons. Once the kernel is shut down,
+    the panel says so; saved and opened again, it shows what it showed, never "Error displaying widget"."""
     notebook = open_notebook("05_fencing.ipynb")
-    notebook.run_all_cells(timeout_seconds=120, expected_stderr=[REFUSED_STALE_FINALIZE])
+    notebook.run_all_cells(timeout_seconds=120)
     check = notebook.code_cell("SelfCheck(")
+    off_run = notebook.code_cell("off = await stage.scenario(False")
+    on_run = notebook.code_cell("on = await stage.scenario(True")
+    expect(notebook.panel.get_by_text(ANSWER_FIRST)).to_have_count(HELD_RESULTS_05)
+    expect(off_run).to_contain_text(ANSWER_FIRST)
+    expect(off_run).not_to_contain_text("The guarantee broke")
+    expect(off_run).not_to_contain_text("stale_finalizes_won")
+    expect(notebook.code_cell("nb.plot_counts(").locator("img")).to_have_count(0)
+    check.get_by_role("button", name="Check").click()
+    expect(check).to_contain_text("Pick an answer first.")
+    expect(off_run).to_contain_text(ANSWER_FIRST)
+    expect(off_run).not_to_contain_text("The guarantee broke")
+
     check.get_by_role("radio").first.check()
     check.get_by_role("button", name="Check").click()
     expect(check).to_contain_text("Not quite: the answer is 2: both finalizes succeed and both are recorded.")
+    expect(notebook.panel.get_by_text(ANSWER_FIRST)).to_have_count(0)
+    off_run.scroll_into_view_if_needed()
+    expect(off_run.get_by_text("The guarantee broke")).to_be_visible()
+    expect(off_run).to_contain_text("'stale_finalizes_won': 4")
+    expect(on_run).to_contain_text(re.compile(REFUSED_STALE_FINALIZE))
+    expect(notebook.code_cell("nb.plot_counts(").locator("img")).to_have_count(1)
 
     panel = notebook.code_cell("ScenarioPanel(")
     run = panel.get_by_role("button", name="Run scenario")
@@ -105,6 +128,7 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
 
     reopened = open_notebook("05_fencing.ipynb")
     expect(reopened.code_cell("ScenarioPanel(")).to_contain_text("The guarantee held.", timeout=30_000)
+    expect(reopened.code_cell("off = await stage.scenario(False")).to_contain_text("The guarantee broke")
     expect(reopened.code_cell("SelfCheck(")).to_contain_text("Not quite: the answer is 2")
     expect(reopened.panel).not_to_contain_text("Error displaying widget")
 
@@ -115,7 +139,7 @@ def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_
     workspace's file passes when Check is pressed, with the run's table under the verdict, and
     `reliableq exercise list` then says passed; the file's link opens it in JupyterLab's editor."""
     notebook = open_notebook("05_fencing.ipynb")
-    notebook.run_all_cells(timeout_seconds=120, expected_stderr=[REFUSED_STALE_FINALIZE])
+    notebook.run_all_cells(timeout_seconds=120)
     # The first forced schedule the starter breaks, naming its mistake.
     expect(notebook.code_cell("starter = await check(")).to_contain_text(
         "✗ Broken: after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead")
