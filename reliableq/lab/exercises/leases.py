@@ -21,7 +21,8 @@ from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
 FILENAME = "leases.sql"
 EXPIRY_MARK = "-- ✎ leases: until when does this claim hold the job? (NULL: for ever)"
-RECLAIM_MARK = "-- ✎ leases: which RUNNING job is due again?"
+RECLAIM_MARK = "-- ✎ leases: in place of FALSE, which RUNNING job is due again?"
+BUDGET_GIVEN = "-- given: stage 08's attempt budget; keep it"
 # The shipped claim's reclaim branch, `OR (%(reclaim_expired)s AND <condition>)` over its lines, and its
 # expiry, `lease_expires_at = <expiry>,` over two lines.
 _RECLAIM = re.compile(r"\n(?P<indent> *)OR \(%\(reclaim_expired\)s AND (?P<condition>[^\n]*(?:\n +AND [^\n]*)*)\)\n")
@@ -34,10 +35,10 @@ HEADER = """-- Exercise 04, leases. Make a claim a lease: it expires, and an exp
 -- worker ever claims them again (stage 04: stranded 4). Where the lines are marked ✎:
 --   1. set lease_expires_at: %(lease_seconds)s from now, on PostgreSQL's clock (never the worker's);
 --   2. count as due a RUNNING job whose lease has expired, and only then: a job under a live lease is
---      another worker's work in progress.
--- A job on its last attempt is not claimed again once stage dead's budget is on: give the reclaim
--- `AND (NOT %(enforce_budget)s OR attempts < max_attempts)` too. `expired` already closes the claim
--- you take over, and the lock (`FOR UPDATE SKIP LOCKED`) is exercise 03's: keep it.
+--      another worker's work in progress. Write it in place of FALSE. The line after it is given: once
+--      stage 08 (dead) is on, a job whose attempts are spent is not claimed again. Keep it.
+-- `expired` already closes the claim you take over. The lock (`FOR UPDATE SKIP LOCKED`) is exercise 03's
+-- answer (do 03 first if you have not): keep it.
 --
 -- Parameters you can use: %(now)s (NULL, except when a test moves the clock: write
 -- coalesce(%(now)s::timestamptz, now()) where you mean "now"), %(lease_seconds)s, %(enforce_budget)s.
@@ -53,7 +54,13 @@ def _with_leases(text: str) -> str:
 
 
 def _without_leases(text: str) -> str:
-    text = _RECLAIM.sub(lambda m: f"\n{m['indent']}{RECLAIM_MARK}\n", text)
+    def reclaim_asked(m: re.Match) -> str:
+        # The budget is stage 08's: given, so that this starter asks only for what stages up to 04 teach.
+        budget = m["condition"].rsplit("\n", 1)[-1].strip()
+        if "%(enforce_budget)s" not in budget:
+            raise ValueError(f"the shipped reclaim no longer ends with the attempt budget: {budget!r}")
+        return f"\n{m['indent']}OR (FALSE  {RECLAIM_MARK}\n{m['indent']}    {budget})  {BUDGET_GIVEN}\n"
+    text = _RECLAIM.sub(reclaim_asked, text)
     return _EXPIRY.sub(lambda m: f"{m['indent']}{EXPIRY_MARK}\n{m['indent']}lease_expires_at = NULL,\n", text)
 
 
@@ -73,8 +80,7 @@ HINTS = (
     "due. Start with the first: what should lease_expires_at be?",
     "lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_seconds)s). "
     "Now: when is a RUNNING job due again?",
-    "Add to `due`'s WHERE: OR (status = 'RUNNING' AND lease_expires_at <= coalesce(%(now)s::timestamptz, "
-    "now()) AND (NOT %(enforce_budget)s OR attempts < max_attempts)).",
+    "In place of FALSE: status = 'RUNNING' AND lease_expires_at <= coalesce(%(now)s::timestamptz, now()).",
 )
 
 MECHANISMS = Mechanisms.up_to("leases")  # stage 04's switches
