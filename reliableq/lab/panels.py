@@ -144,13 +144,13 @@ class RunPanel(Pictured):
         try:
             result = await self._work
         except asyncio.CancelledError:
-            self.status.value = _line("⏹", f"stopped after {time.monotonic() - began:.0f} s: {what}")
+            self.status.value = _line("■", f"stopped after {time.monotonic() - began:.0f} s: {what}")
             raise
         except Exception as error:  # the learner reads it here; the kernel must not print a traceback
             # The first line says what it waited for; the rest (a timed-out wait's report of what was
             # stuck) is for whoever wants to dig, folded away under the line.
             reason, _, details = str(error).partition("\n")
-            self.status.value = _line("❌", f"{what} gave up after {time.monotonic() - began:.0f} s: {reason}")
+            self.status.value = _line("✗", f"{what} gave up after {time.monotonic() - began:.0f} s: {reason}")
             if details:
                 self.output.append_display_data(HTML(f"<details><summary>what was stuck</summary>"
                                                      f"<pre>{html.escape(details)}</pre></details>"))
@@ -169,10 +169,11 @@ class RunPanel(Pictured):
             step = f"; {watch.step}" if watch.step else ""
             waiting = (f"; waiting for {watch.what} ({now - watch.since:.0f} s of at most {watch.timeout:g} s)"
                        if watch.what else "")
-            self.status.value = _line("⏳", f"running {what}: {now - began:.0f} s{step}{waiting}")
+            self.status.value = _line("◷", f"running {what}: {now - began:.0f} s{step}{waiting}")
             await asyncio.sleep(TICK_SECONDS)
 
 
+# Marks from DejaVu Sans and the common desktop fonts: emoji (❌ ⏳) showed as boxes without an emoji font.
 def _line(mark: str, text: str) -> str:
     # Wrapped at spaces, never inside a word.
     return f'<div style="word-break: normal; overflow-wrap: normal">{mark} {html.escape(text)}</div>'
@@ -308,9 +309,9 @@ class SelfCheck(Pictured):
             return False
         correct = self.choice.value == self.answer
         if correct:
-            self.feedback.value = f"✅ Right. {html.escape(self.why)}"
+            self.feedback.value = f"✓ Right. {html.escape(self.why)}"
         else:
-            self.feedback.value = (f"❌ Not quite: the answer is <i>{html.escape(self.answer)}</i>. "
+            self.feedback.value = (f"✗ Not quite: the answer is <i>{html.escape(self.answer)}</i>. "
                                    f"{html.escape(self.why)}")
         self.answered = True
         for held in self.held:

@@ -43,7 +43,7 @@ def test_chaos_runs_every_cell_and_its_panel_shows_only_the_run_with_the_last_ch
     for switched_off in ("idempotency", "dead"):
         panel.get_by_role("combobox").select_option(switched_off)
         run.click()
-        expect(panel).to_contain_text(f"⏳ running chaos with {switched_off} off", timeout=30_000)
+        expect(panel).to_contain_text(f"◷ running chaos with {switched_off} off", timeout=30_000)
         expect(panel).to_contain_text(f"chaos with {switched_off} off: done in", timeout=120_000)
     expect(result).to_contain_text("off: dead")
     expect(result).not_to_contain_text("off: idempotency")
@@ -104,13 +104,13 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     fencing = panel.get_by_role("checkbox", name="fencing", exact=True)
     fencing.uncheck()
     run.click()
-    expect(panel).to_contain_text("⏳ running stage fencing with", timeout=30_000)
+    expect(panel).to_contain_text("◷ running stage fencing with", timeout=30_000)
     expect(panel).to_contain_text("done in", timeout=60_000)
     expect(result).to_contain_text("The guarantee broke")
     fencing.check()
     panel.get_by_role("checkbox", name="idempotency", exact=True).check()
     run.click()
-    expect(panel).to_contain_text("⏳ running stage fencing with", timeout=30_000)
+    expect(panel).to_contain_text("◷ running stage fencing with", timeout=30_000)
     expect(result).to_contain_text("The guarantee held.", timeout=60_000)
     expect(result).not_to_contain_text("The guarantee broke")
     expect(result.get_by_text("Stage 05 fencing with")).to_have_count(1)
@@ -149,7 +149,7 @@ def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_
     learners_file.write_text(fencing.REFERENCE)
     panel = notebook.code_cell("ExercisePanel(")
     panel.get_by_role("button", name="Check").click()
-    expect(panel).to_contain_text("⏳ running the check of fencing", timeout=30_000)
+    expect(panel).to_contain_text("◷ running the check of fencing", timeout=30_000)
     expect(panel).to_contain_text("step ", timeout=30_000)  # which step is running, on the status line
     result = panel.locator(".widget-output").last
     expect(result).to_contain_text("✓ fencing passed", timeout=180_000)
