@@ -37,6 +37,25 @@ PREDICTION = Prediction(
         "production: almost everything works."
     ),
 )
+# The notebook's second question: the window commit-before-ack leaves to the client.
+LOST_ANSWER_PREDICTION = Prediction(
+    question=(
+        "The API commits request-1's job and is killed before its 202 leaves. The client retries every request "
+        "it never heard answered, sending no key. How many jobs does the database hold after six requests?"
+    ),
+    options=[
+        "Six: the retry finds the job request-1 already made",
+        "Seven: request-1 became two jobs",
+        "Five: request-1's job died with the API",
+    ],
+    answer="Seven: request-1 became two jobs",
+    why=(
+        "request-1's first try committed and only its answer was lost; the retry is a new submission, which "
+        "the API cannot tell from a new order. Each of the two jobs is charged once (C = 1 holds per job: the "
+        "charge service's key is the job's id). The API committed before answering and the client retried "
+        "what went unanswered: both did right. Neither had a name for the request that survives a retry."
+    ),
+)
 CRASH_POINT = "after_ack_before_commit"  # the API's only fault point; not taken from params
 
 

@@ -7,6 +7,7 @@ import asyncio
 import html
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -127,6 +128,32 @@ def test_notebooks_are_in_reading_order_one_per_stage():
     assert names[0] == "00_start_here"
     assert names[1:10] == expected_stages
     assert names[10:] == ["10_chaos", "11_benchmarks"]
+
+
+SECOND_QUESTION = re.compile(r"^(?P<name>\w+) = panels\.SelfCheck\(stage\.(?P<prediction>\w+)\)$", re.MULTILINE)
+
+
+def test_a_notebook_s_further_questions_hold_back_their_runs_too():
+    """A question a notebook asks besides its stage's own (02: how many jobs a retry without a key makes) is a
+    prediction of the stage's too: nothing above it spells its answer, and the saved cells it holds back
+    show only the line saying to answer first."""
+    picture = f'<div class="reliableq-picture"><i>{html.escape(panels.ANSWER_FIRST)}</i></div>'
+    asked_anywhere = []
+    for stage, path in zip(stages.STAGES, _notebooks()[1:10], strict=True):
+        cells = json.loads(path.read_text())["cells"]
+        sources = ["".join(cell["source"]) for cell in cells]
+        for at, source in enumerate(sources):
+            found = SECOND_QUESTION.search(source)
+            if found is None or found["prediction"] == "PREDICTION":
+                continue
+            asked_anywhere.append(path.stem)
+            answer = getattr(stage, found["prediction"]).answer
+            assert not [above for above in sources[:at + 1] if answer in above], path.stem
+            held = [cell for cell, text in zip(cells, sources, strict=True)
+                    if text.startswith(f"with {found['name']}.hidden_until_answered():\n")]
+            assert held and all([(o["output_type"], "".join(o.get("data", {}).get("text/html", "")))
+                                 for o in cell["outputs"]] == [("display_data", picture)] for cell in held)
+    assert "02_commit_before_ack" in asked_anywhere
 
 
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
