@@ -108,7 +108,7 @@ def test_stage_compare_prints_a_verdict_the_table_and_the_measurements_per_run()
         table = lines.index("job    status     A  H  C  F")
         verdict, rows, rest = lines[:table], lines[table + 1:table + 5], lines[table + 5:]
         assert verdict[0].startswith(f"Stage 05 fencing with fencing {switch}; "), result.stdout
-        assert verdict[1] == "Seed 0, 4 jobs: 4 SUCCEEDED."
+        assert verdict[1] == "Seed 1, 4 jobs: 4 SUCCEEDED."
         assert verdict[2].startswith("The guarantee broke: job-1, job-2, job-3, job-4 were charged 2 times")
         assert verdict[-2:] == [expected, ""]  # a blank line before the table
         assert ("This stage's failure: F=2, which fencing fixes." in verdict) == (switch == "off")
@@ -128,7 +128,7 @@ def test_stage_that_holds_says_so_and_expects_nothing():
     assert result.returncode == 0, result.stderr
     (lines,) = run_blocks(result.stdout, "Stage 01 naive")
     assert lines[:4] == ["Stage 01 naive, no mechanism of its own; all mechanisms off.",
-                         "Seed 0, 4 jobs: 4 SUCCEEDED.", "The guarantee held.", ""]
+                         "Seed 1, 4 jobs: 4 SUCCEEDED.", "The guarantee held.", ""]
     assert lines[5:9] == [f"job-{i}  SUCCEEDED  1  1  1  1" for i in range(1, 5)]
     assert "Expected at this stage" not in result.stdout and "failure:" not in "\n".join(lines)
 
