@@ -25,7 +25,7 @@ from reliableq import db
 from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
-from reliableq.lab.scenario import ScenarioResult, job_label
+from reliableq.lab.scenario import ScenarioResult, job_label, job_labels
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}
@@ -38,6 +38,7 @@ _MARKERS = {  # timeline event kind -> (marker, colour, label)
     "crash": ("*", "black", "crash"),
     "pause": ("|", "tab:gray", "pause"),
     "resume": ("|", "tab:olive", "resume"),
+    "lose_answer": ("d", "tab:brown", "COMMIT answer lost"),
 }
 
 
@@ -99,24 +100,46 @@ def plot_timeline(result: ScenarioResult, ax: plt.Axes | None = None) -> plt.Fig
     neither), and a long stretch in which nothing happened marked as such."""
     events = result.event_rows()
     lanes = sorted({e["worker"] for e in events}, key=lambda w: (w == "charge-service", w))
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(10, 0.7 * len(lanes) + 1.6))
+    return _plot_lanes(events, "worker", lanes, f"timeline: {label(result)}", "seconds since the scenario began",
+                       result.watched_seconds, ax)
+
+
+def plot_chaos(report: ChaosReport) -> plt.Figure:
+    """A chaos run job by job: one lane per job in submission order, the same markers and attempt bars as a
+    stage's timeline; the jobs an invariant names as broken are labelled in red."""
+    labels = job_labels(report.job_ids)
+    events = [e.as_dict() | {"job": labels[e.job_id]} for e in report.events if e.job_id in labels]
+    lanes = list(labels.values())
+    fig = _plot_lanes(events, "job", lanes, f"chaos seed {report.config.seed}: {report.config.mechanisms.describe()}",
+                      "seconds since the run began", None, None, lane_inches=0.16)
+    broken = {labels.get(str(v["job_id"])) for check in report.checks for v in check.violations if "job_id" in v}
+    for tick in fig.axes[0].get_yticklabels():
+        if tick.get_text() in broken:
+            tick.set_color("tab:red")
+            tick.set_fontweight("bold")
+    return fig
+
+
+def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], title: str, xlabel: str,
+                watched: float | None, ax: plt.Axes | None, lane_inches: float = 0.7) -> plt.Figure:
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(10, lane_inches * len(lanes) + 1.6))
     y = {lane: i for i, lane in enumerate(lanes)}
-    open_attempts: dict[tuple[str, str], float] = {}
+    bar = 6 * min(1.0, lane_inches / 0.7)
+    open_attempts: dict[tuple[str, str], float] = {}  # (worker, job) -> claimed at
     for e in events:
         key = (e["worker"], e["job"])
         if e["kind"] == "claim":
             open_attempts[key] = e["seconds"]
         elif e["kind"] in ("finalize_won", "finalize_lost", "lease_expired") and key in open_attempts:
-            start = open_attempts.pop(key)
-            ax.plot([start, e["seconds"]], [y[e["worker"]]] * 2, color="lightsteelblue", linewidth=6,
-                    solid_capstyle="butt", zorder=1)
+            ax.plot([open_attempts.pop(key), e["seconds"]], [y[e[lane_of]]] * 2, color="lightsteelblue",
+                    linewidth=bar, solid_capstyle="butt", zorder=1)
     seen: set[str] = set()
-    watched = result.watched_seconds
     last = max((e["seconds"] for e in events), default=0.0)
     if watched is not None and watched > last:
         # Neither finished nor expired while the run was watched: a claim held to the end.
-        for (worker, _), start in open_attempts.items():
-            ax.plot([start, watched], [y[worker]] * 2, color="lightsteelblue", linewidth=6, linestyle=(0, (1, 1)),
+        for (worker, job), start in open_attempts.items():
+            lane = {"worker": worker, "job": job}[lane_of]
+            ax.plot([start, watched], [y[lane]] * 2, color="lightsteelblue", linewidth=bar, linestyle=(0, (1, 1)),
                     zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
             seen.add(OPEN_ATTEMPT)
         if watched - last >= QUIET_SHARE * watched:
@@ -125,15 +148,17 @@ def plot_timeline(result: ScenarioResult, ax: plt.Axes | None = None) -> plt.Fig
                     ha="center", va="top", fontsize="small", color="dimgray")
     for e in events:
         marker, colour, name = _MARKERS.get(e["kind"], (".", "gray", e["kind"]))
-        ax.scatter(e["seconds"], y[e["worker"]], marker=marker, color=colour, s=70, zorder=2,
-                   label=None if name in seen else name)
+        ax.scatter(e["seconds"], y[e[lane_of]], marker=marker, color=colour, s=70 * min(1.0, lane_inches / 0.7),
+                   zorder=2, label=None if name in seen else name)
         seen.add(name)
     if watched is not None:
         ax.set_xlim(right=max(watched, last) * 1.02 or None)
-    ax.set_yticks(range(len(lanes)), lanes)
+    ax.set_yticks(range(len(lanes)), lanes, fontsize=None if lane_inches >= 0.3 else "x-small")
     ax.set_ylim(-0.7, len(lanes) - 0.3)
-    ax.set_xlabel("seconds since the scenario began")
-    ax.set_title(f"timeline: {label(result)}")
+    if lane_of == "job":
+        ax.invert_yaxis()  # job-1 at the top, as the tables list them
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
     if seen:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()

@@ -5,7 +5,9 @@ were once squeezed into the first 0.05 s); with leases on, every attempt ends an
 from __future__ import annotations
 
 import stages
+from reliableq.config import Mechanisms
 from reliableq.lab import notebook as nb
+from reliableq.lab.chaos import ChaosConfig, run_chaos
 from reliableq.lab.scenario import ScenarioParams
 
 
@@ -32,3 +34,15 @@ async def test_a_run_whose_attempts_all_end_has_no_open_attempt_and_no_quiet_str
     figure = nb.plot_timeline(on)
     assert nb.OPEN_ATTEMPT not in _legend(figure)
     assert not _texts(figure)
+
+
+async def test_a_chaos_run_is_drawn_job_by_job_with_the_broken_jobs_in_red():
+    """Notebook 10's chart: a lane per acknowledged job in submission order, and exactly the jobs an
+    invariant names (idempotency off: charged twice) labelled in red."""
+    report = await run_chaos(ChaosConfig(seed=1, jobs=60, lease_seconds=0.5,
+                                         mechanisms=Mechanisms().without("idempotency")))
+    figure = nb.plot_chaos(report)
+    ticks = figure.axes[0].get_yticklabels()
+    assert [tick.get_text() for tick in ticks] == [f"job-{n}" for n in range(1, report.acknowledged + 1)]
+    named = {report.label(v["job_id"]) for check in report.checks if not check.held for v in check.violations}
+    assert named and {tick.get_text() for tick in ticks if tick.get_color() == "tab:red"} == named
