@@ -35,10 +35,14 @@ class Profile:
     semaphore_permits: int
     semaphore_latency_seconds: float
     pgbench_seconds: float
+    mechanism_jobs: int  # charged jobs per run of the mechanisms scenario, the same for every switch
+    mechanism_processes: tuple[int, int]  # its (worker processes, permits each): two, so claims race
     pickup_jobs: int = 10  # jobs timed one at a time from enqueue to handler start, per queue
     repeats: int = 1  # runs per point; the summary averages the passing ones
     settle_seconds: float = 120.0  # a run that has not settled by then fails
     retention_history: int = 200_000  # finished jobs the retention scenario starts with (then drains execute_jobs)
+    # Scenarios this profile runs only when named (--scenarios): at its sizes they would show nothing.
+    left_to_full: tuple[str, ...] = ()
 
 
 PROFILES = {
@@ -48,23 +52,28 @@ PROFILES = {
                     execute_processes=((2, 1),), latency_jobs=10, latency_concurrency=(2,),
                     charge_latency_seconds=0.01, kill9_leases=(1.0,), retry_jobs=10, retry_rates=(0.25,),
                     idempotency_requests=20, idempotency_clients=5, dead_jobs=5, semaphore_jobs=6,
-                    semaphore_permits=2, semaphore_latency_seconds=0.05, pgbench_seconds=0.5, pickup_jobs=3,
+                    semaphore_permits=2, semaphore_latency_seconds=0.05, pgbench_seconds=0.5, mechanism_jobs=20,
+                    mechanism_processes=(2, 2), pickup_jobs=3,
                     settle_seconds=60),
-    # Under five minutes on two cores.
-    "quick": Profile("quick", ingest_jobs=800, ingest_clients=(1, 4, 16), execute_jobs=1500,
-                     execute_concurrency=(1, 2, 4, 8, 16), execute_processes=((2, 8), (4, 4)),
-                     latency_jobs=600, latency_concurrency=(8, 16), charge_latency_seconds=0.01,
-                     kill9_leases=(1.0, 2.0, 5.0), retry_jobs=200, retry_rates=(0.0, 0.1, 0.25, 0.5),
-                     idempotency_requests=300, idempotency_clients=50, dead_jobs=300, semaphore_jobs=40,
-                     semaphore_permits=4, semaphore_latency_seconds=0.1, pgbench_seconds=3.0,
-                     pickup_jobs=200),
+    # About four minutes on this project's two cores while other tests ran (11 min before these sizes, most of
+    # it pgqueuer's 1 s pickup times 200 jobs and pruning a 200,000-job history). Fewer points than full,
+    # each of them one of full's; retention is left to full, whose million-job history is what makes its point.
+    "quick": Profile("quick", ingest_jobs=800, ingest_clients=(1, 4, 16), execute_jobs=800,
+                     execute_concurrency=(1, 4, 16), execute_processes=((2, 8),),
+                     latency_jobs=400, latency_concurrency=(16,), charge_latency_seconds=0.01,
+                     kill9_leases=(1.0, 3.0), retry_jobs=150, retry_rates=(0.0, 0.25, 0.5),
+                     idempotency_requests=300, idempotency_clients=50, dead_jobs=200, semaphore_jobs=40,
+                     semaphore_permits=4, semaphore_latency_seconds=0.1, pgbench_seconds=2.0,
+                     mechanism_jobs=1000, mechanism_processes=(2, 4), pickup_jobs=30,
+                     left_to_full=("retention",)),
     "full": Profile("full", ingest_jobs=4000, ingest_clients=(1, 4, 8, 16, 32), execute_jobs=6000,
                     retention_history=1_000_000,
                     execute_concurrency=(1, 2, 4, 8, 16), execute_processes=((2, 8), (4, 4), (4, 8)),
                     latency_jobs=2000, latency_concurrency=(8, 16, 32), charge_latency_seconds=0.01,
                     kill9_leases=(1.0, 2.0, 5.0), retry_jobs=600, retry_rates=(0.0, 0.1, 0.25, 0.5),
                     idempotency_requests=2000, idempotency_clients=100, dead_jobs=1000, semaphore_jobs=100,
-                    semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, pickup_jobs=300,
+                    semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, mechanism_jobs=4000,
+                    mechanism_processes=(2, 8), pickup_jobs=300,
                     repeats=3, settle_seconds=300),
 }
 

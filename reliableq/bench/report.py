@@ -14,6 +14,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
+import statistics
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,15 +25,16 @@ from typing import Any
 from reliableq.bench import peers
 from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult, RunResult
-from reliableq.bench.scenarios import SCENARIOS
+from reliableq.bench.scenarios import ALL_ON, SCENARIOS, UNCOSTED_MECHANISMS
 
 
 def write(result: BenchResult, out_dir: Path) -> list[Path]:
     """Write every result file into `out_dir`; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "results.json", out_dir / "runs.csv", out_dir / "baselines.csv", out_dir / "report.md"]
-    (out_dir / "results.json").write_text(json.dumps(result.as_json() | {"ratios": ratios(result)}, indent=2,
-                                                     default=str))
+    (out_dir / "results.json").write_text(json.dumps(
+        result.as_json() | {"ratios": ratios(result), "mechanism_costs": mechanism_costs(result)}, indent=2,
+        default=str))
     _write_runs_csv(result.runs, out_dir / "runs.csv")
     with open(out_dir / "baselines.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -41,6 +45,26 @@ def write(result: BenchResult, out_dir: Path) -> list[Path]:
     written += charts
     (out_dir / "report.md").write_text(markdown(result, [c.name for c in charts], chart_note))
     return written
+
+
+# What notebook 11 reads of a results folder (reliableq/lab/notebook.py): these keys of results.json, and
+# the charts. The reference shipped with the notebooks holds only these, so it stays small.
+REFERENCE_KEYS = ("profile", "seed", "started_at", "seconds", "environment", "ratios", "mechanism_costs")
+
+
+def write_reference(out_dir: Path, reference_dir: Path) -> list[Path]:
+    """Copy what notebook 11 shows of the results in `out_dir` into `reference_dir`, replacing whatever
+    was there (so no chart of an older run stays beside a newer one); returns the files written."""
+    results = json.loads((out_dir / "results.json").read_text())
+    if reference_dir.exists():
+        shutil.rmtree(reference_dir)
+    reference_dir.mkdir(parents=True)
+    shipped = {k: results[k] for k in REFERENCE_KEYS} | {"reference": True}  # the notebook's banner says so
+    (reference_dir / "results.json").write_text(json.dumps(shipped, indent=1) + "\n")
+    charts = sorted(out_dir.glob("*.png"))
+    for chart in charts:
+        shutil.copyfile(chart, reference_dir / chart.name)
+    return [reference_dir / "results.json", *(reference_dir / c.name for c in charts)]
 
 
 def _write_runs_csv(runs: list[RunResult], path: Path) -> None:
@@ -68,12 +92,10 @@ def link_latest(out_dir: Path) -> None:
     if latest.is_symlink() or latest.is_file():
         latest.unlink()
     elif latest.is_dir():
-        import shutil
         shutil.rmtree(latest)
     try:
         os.symlink(out_dir.name, latest, target_is_directory=True)
     except OSError:
-        import shutil
         shutil.copytree(out_dir, latest)
 
 
@@ -206,6 +228,40 @@ def charged_rows(result: BenchResult) -> list[dict[str, Any]]:
                      "charge_args": " ".join(params.get("charge_args") or []) or "–", "per_second": row["mean"],
                      "noop_per_second": noop_mean, "share_of_noop": row["mean"] / noop_mean if noop_mean else None})
     return rows
+
+
+def mechanism_costs(result: BenchResult) -> dict[str, Any] | None:
+    """The mechanisms scenario as notebook 11 charts it (None when it did not run): per point, the mean
+    jobs/s of its passing runs and its ratio to the mean of the all-on runs, how often each job was
+    claimed, which checks its gate waives (and why), how many jobs broke each waived check, and which
+    checks it failed; the all-on runs' own rates (their spread is how far this machine drifted and stalled
+    during the scenario); and why the other mechanisms have no point."""
+    runs = [r for r in result.runs if r.scenario == "mechanisms"]
+    if not runs:
+        return None
+    all_on = [r.value for r in runs if r.point == ALL_ON and r.passed and r.value]
+    reference = statistics.fmean(all_on) if all_on else None
+    rows = []
+    for row in result.summary():
+        if row["scenario"] != "mechanisms":
+            continue
+        group = [r for r in runs if r.point == row["point"]]
+        waived_broken: Counter[str] = Counter()  # jobs that broke each waived check, over the point's runs
+        for r in group:
+            waived_broken.update({c["name"]: c["violations"] for c in r.checks if c["waived"] and not c["held"]})
+        rows.append({
+            "point": row["point"], "off": group[0].params["off"], "jobs_per_second": row["mean"],
+            "ratio_to_all_on": row["mean"] / reference if row["mean"] and reference else None,
+            "claims_per_job": _point_mean(result, "mechanisms", row["point"], "claims_per_job"),
+            "runs_passed": row["runs_passed"], "runs_failed": row["runs_failed"],
+            "waived": group[0].params["waived"],
+            "waived_broken": dict(waived_broken),
+            "broken": sorted({c["name"] for r in group for c in r.checks if not c["held"] and not c["waived"]}
+                             | {r.error for r in group if r.error}),
+        })
+    params = runs[0].params
+    return {"jobs": params["jobs"], "workers": params["workers"], "permits": params["permits"],
+            "all_on_jobs_per_second": all_on, "rows": rows, "not_measured": UNCOSTED_MECHANISMS}
 
 
 # -- charts -----------------------------------------------------------------------------------------
@@ -385,8 +441,10 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
     failed = [r for r in result.runs if not r.passed]
     env = result.environment
     lines = [f"# ReliableQ benchmark — profile `{result.profile}`", "",
-             f"Started {result.started_at}, {result.seconds:.0f} s, seed {result.seed}; {env.get('database')}, "
-             f"{env.get('cpus')} CPUs, Python {env.get('python')}.", "",
+             f"Started {result.started_at}, {result.seconds:.0f} s, seed {result.seed}; {env.get('database')} "
+             f"{env.get('postgresql') or ''}, {env.get('cpus')} CPUs ({env.get('cpu_model') or 'model unknown'}), "
+             f"Python {env.get('python')}; load average {env.get('load_average_before')} before, "
+             f"{env.get('load_average_after')} after." + (f" {env['note']}" if env.get("note") else ""), "",
              f"**Gate:** {len(result.runs) - len(failed)} of {len(result.runs)} runs passed every invariant; "
              + ("no run failed." if not failed else f"{len(failed)} failed and are left out of every mean below."),
              ""]
@@ -421,6 +479,7 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
         ["kind", "point", "ours /s", "bound", "bound /s", "ratio"],
         [[r["kind"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"], _ratio(r["ratio"])]
          for r in bounded])
+    lines += mechanism_lines(mechanism_costs(result))
     charged = charged_rows(result)
     if charged:
         lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
@@ -468,9 +527,32 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
     return "\n".join(lines)
 
 
+def mechanism_lines(costs: dict[str, Any] | None) -> list[str]:
+    """The report's section on what each mechanism costs (nothing when the scenario did not run)."""
+    if costs is None:
+        return []
+    lines = ["", "## What each mechanism costs", "",
+             f"`mechanisms`: {costs['jobs']:,} charged jobs, {costs['workers']} worker processes of "
+             f"{costs['permits']} permits, with each mechanism off in turn and all on before each and at the "
+             "end. Ratio = jobs/s over the mean of the all-on runs ("
+             + ", ".join(f"{v:,.0f}" for v in costs["all_on_jobs_per_second"]) + " jobs/s: their spread is how "
+             "far this machine drifted, so a rate inside it is no measurable cost). Claims per job above 1: jobs "
+             "claimed twice.", ""]
+    lines += _table(["point", "jobs /s", "ratio to all on", "claims per job", "gate"],
+                    [[r["point"], r["jobs_per_second"], _ratio(r["ratio_to_all_on"]), r["claims_per_job"],
+                      ("failed: " + "; ".join(r["broken"])) if r["broken"] else
+                      ("passed, waived: " + "; ".join(f"{name} ({r['waived_broken'].get(name, 0)} jobs broke it)"
+                                                      for name in r["waived"])) if r["waived"] else "passed"]
+                     for r in costs["rows"]])
+    lines += ["", "Not switched off here: " + "; ".join(f"{name}: {why}" for name, why in
+                                                        costs["not_measured"].items()) + "."]
+    return lines
+
+
 _HIGHLIGHT_KEYS = ("pickup_p99_ms", "latency_p50_ms", "latency_p99_ms", "claim_mean_ms", "charge_mean_ms",
                    "finalize_mean_ms", "pool_wait_mean_ms", "jobs_per_claim", "jobs_per_success_commit",
-                   "worker_cpu_ms_per_job", "charge_cpu_ms_per_job", "attempts_per_job", "requests_per_job", "dead",
+                   "worker_cpu_ms_per_job", "charge_cpu_ms_per_job", "claims_per_job", "attempts_per_job",
+                   "requests_per_job", "dead",
                    "reclaim_lag_seconds", "attempts", "charges", "created", "replayed", "in_flight_peak",
                    "service_in_flight_peak", "bound_jobs_per_second", "pruned_jobs", "prune_seconds",
                    "pruned_per_second", "list_first_page_ms", "list_middle_page_ms")

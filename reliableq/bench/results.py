@@ -140,7 +140,8 @@ class Measured:
 
 def worker_time_metrics(stats: list[dict[str, Any]], jobs: int | None = None) -> dict[str, Any]:
     """Where the workers' time went: mean claim, charge and finalize latency, pool waits, jobs per claim,
-    and (given the run's `jobs`) the workers' CPU per job while they ran."""
+    and (given the run's `jobs`) the workers' CPU per job while they ran and how many times each job was
+    claimed (above 1: jobs claimed twice, as without skip_locked)."""
     def total(key: str) -> float:
         return sum(s.get(key, 0) for s in stats)
 
@@ -162,4 +163,5 @@ def worker_time_metrics(stats: list[dict[str, Any]], jobs: int | None = None) ->
         "lost_finalizes": total("lost_finalizes"),
         "in_flight_peak": max((s.get("in_flight_peak", 0) for s in stats), default=0),
         "worker_cpu_ms_per_job": 1000 * total("cpu_seconds") / jobs if jobs else None,
+        "claims_per_job": total("claimed") / jobs if jobs else None,
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reliableq import db
 from reliableq.bench.baselines import baseline_steps, measure_baselines
 from reliableq.bench.profiles import Profile
 from reliableq.bench.progress import Progress
@@ -34,8 +35,8 @@ class Bench:
     """One bench: `scenarios` in order, `profile.repeats` times, then (with `baselines`) what bounds them."""
 
     def __init__(self, profile: Profile, out_dir: Path, scenarios: Sequence[Scenario], seed: int = 0,
-                 progress: bool = True, off: Sequence[str] = (), baselines: bool = True) -> None:
-        self.profile, self.out_dir, self.seed = profile, out_dir, seed
+                 progress: bool = True, off: Sequence[str] = (), baselines: bool = True, note: str = "") -> None:
+        self.profile, self.out_dir, self.seed, self.note = profile, out_dir, seed, note
         self.chosen = list(scenarios)
         self.scenarios = [scenario.name for scenario in self.chosen]
         # Switched off in every process of every run (the gate's own tests break runs so).
@@ -47,6 +48,7 @@ class Bench:
 
     async def run(self) -> BenchResult:
         started, started_at = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        load_before = os.getloadavg()[0]
         self.out_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.progress.show("starting")
@@ -57,8 +59,8 @@ class Bench:
                          if self.with_baselines else [])
         finally:
             self.progress.close()
-        return BenchResult(self.profile.name, self.seed, started_at, self.runs, baselines, environment(),
-                           time.monotonic() - started)
+        return BenchResult(self.profile.name, self.seed, started_at, self.runs, baselines,
+                           environment(load_before, self.note), time.monotonic() - started)
 
     async def measure(self, scenario: str, point: str, params: dict[str, Any], headline: str, repeat: int,
                       body: Callable[[], Awaitable[Measured]], timeout: float | None = None) -> RunResult:
@@ -81,7 +83,30 @@ class Bench:
         return result
 
 
-def environment() -> dict[str, Any]:
+def environment(load_before: float, note: str = "") -> dict[str, Any]:
+    """The machine the figures belong to: its CPUs, PostgreSQL, and how busy it was (the 1-minute load
+    average as the bench began and as it ended: above the bench's own share, something else ran too)."""
     import platform
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded PostgreSQL"}
+            "cpu_model": cpu_model(), "postgresql": server_version(),
+            "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded PostgreSQL",
+            "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2),
+            "note": note}
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (/proc/cpuinfo); None elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), None)
+
+
+def server_version() -> str | None:
+    """The version the PostgreSQL server reports (`SHOW server_version`); None if it cannot be reached."""
+    try:
+        with db.connect(db.server_url()) as conn:
+            return conn.info.parameter_status("server_version")
+    except db.DatabaseUnavailable:
+        return None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import httpx
 
 from reliableq.bench import peers
-from reliableq.bench.gate import UNCHARGED_CHECK, gate
+from reliableq.bench.gate import UNCHARGED_CHECK, WAIVED_WHEN_OFF, gate
 from reliableq.bench.ingest import INGEST_VIAS, ingest
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD
 from reliableq.bench.results import Measured, Sample, Window, worker_time_metrics
@@ -23,34 +23,44 @@ from reliableq.bench.retention import retention
 from reliableq.bench.runner import Bench, Scenario
 from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system
 from reliableq.charge.client import idempotency_key
+from reliableq.config import Mechanisms
 from reliableq.lab import invariants
 from reliableq.lab.demo import kill_after_charge
 from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import job_counts
 
 
+async def _drained(bench: Bench, label: str, jobs: int, workers: int, permits: int, kind: str = "charge",
+                   charge_args: Sequence[str] = (), mechanisms: Mechanisms | None = None,
+                   waive: dict[str, str] | None = None) -> Measured:
+    """`jobs` preloaded and drained by `workers` processes of `permits` each, on a system of its own with
+    `mechanisms` (default: the bench's); its rate, where the time went, and its gate (`waive`: as gate's)."""
+    async with run_system(bench, label, charge_args, mechanisms=mechanisms) as system:
+        charge_cpu_before = (await system.charge_stats())["cpu_seconds"]
+        window = await drain(bench, system, jobs, workers, permits, kind)
+        charge_cpu = (await system.charge_stats())["cpu_seconds"] - charge_cpu_before
+        stats = await system.stop_worker_processes()
+        span = await run_span(system)
+        passed, checks = await gate(system.databases, waive=waive)
+    seconds = span["seconds"] or window.seconds
+    metrics = {"jobs": span["jobs"], "succeeded": span["succeeded"], "seconds": seconds,
+               "jobs_per_second": span["jobs"] / seconds if seconds else None,
+               "clients": workers * permits,
+               "charge_cpu_ms_per_job": 1000 * charge_cpu / span["jobs"] if span["jobs"] else None,
+               } | worker_time_metrics(stats, span["jobs"])
+    return Measured(metrics, passed, checks, [], window)
+
+
 async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
                           points: Sequence[tuple[int, int]], charge_args: Sequence[str] = (),
                           kind: str = "charge") -> None:
+    waive = {UNCHARGED_CHECK: "no-op jobs have no effect"} if kind == "noop" else None
     for workers, permits in points:
         point = f"{workers}x{permits}"
 
         async def body(workers=workers, permits=permits, point=point) -> Measured:
-            async with run_system(bench, f"{scenario}-{point}-{repeat}", charge_args) as system:
-                charge_cpu_before = (await system.charge_stats())["cpu_seconds"]
-                window = await drain(bench, system, jobs, workers, permits, kind)
-                charge_cpu = (await system.charge_stats())["cpu_seconds"] - charge_cpu_before
-                stats = await system.stop_worker_processes()
-                span = await run_span(system)
-                passed, checks = await gate(system.databases, waive={
-                    UNCHARGED_CHECK: "no-op jobs have no effect"} if kind == "noop" else None)
-            seconds = span["seconds"] or window.seconds
-            metrics = {"jobs": span["jobs"], "succeeded": span["succeeded"], "seconds": seconds,
-                       "jobs_per_second": span["jobs"] / seconds if seconds else None,
-                       "clients": workers * permits,
-                       "charge_cpu_ms_per_job": 1000 * charge_cpu / span["jobs"] if span["jobs"] else None,
-                       } | worker_time_metrics(stats, span["jobs"])
-            return Measured(metrics, passed, checks, [], window)
+            return await _drained(bench, f"{scenario}-{point}-{repeat}", jobs, workers, permits, kind, charge_args,
+                                  waive=waive)
         await bench.measure(scenario, point, {"workers": workers, "permits": permits, "jobs": jobs, "kind": kind,
                                               "charge_args": list(charge_args)}, "jobs_per_second", repeat, body)
 
@@ -198,6 +208,39 @@ async def _semaphore(bench: Bench, repeat: int) -> None:
                         "jobs_per_second", repeat, body)
 
 
+# The mechanisms whose work lies on the path of jobs that succeed: each is switched off in turn on the same
+# workload. The rest do nothing in such a run, so switching them off would measure noise; their price is
+# in the scenarios named here.
+COSTED_MECHANISMS = ("skip_locked", "leases", "fencing", "idempotency", "semaphore")
+UNCOSTED_MECHANISMS = {
+    "commit_before_ack": "acts on the API's submissions, and this workload's jobs are preloaded; it moves the "
+                         "202, not the work (ingest over HTTP pays it)",
+    "backoff": "acts only when a charge fails, and none fails here (the retry scenario prices it)",
+    "dead": "acts only when a charge fails, and none fails here (the dead scenario prices it)",
+}
+ALL_ON = "all on"
+
+
+async def _mechanisms(bench: Bench, repeat: int) -> None:
+    """The same charged jobs with every mechanism on, and with each costed one off in turn. All on runs
+    before each of them and once more at the end: a machine shared with other work drifts and stalls, and
+    the spread of the all-on runs shows how much, so a ratio within it is not read as a cost."""
+    p = bench.profile
+    workers, permits = p.mechanism_processes
+    costed = [name for name in COSTED_MECHANISMS if getattr(bench.mechanisms, name)]
+    for off in [*(step for name in costed for step in (None, name)), None]:
+        point = ALL_ON if off is None else f"{off} off"
+        mechanisms = bench.mechanisms if off is None else bench.mechanisms.without(off)
+        waive = WAIVED_WHEN_OFF.get(off, {})
+
+        async def body(point=point, mechanisms=mechanisms, waive=waive) -> Measured:
+            return await _drained(bench, f"mechanisms-{point}-{repeat}", p.mechanism_jobs, workers, permits,
+                                  mechanisms=mechanisms, waive=waive)
+        await bench.measure("mechanisms", point, {"off": off, "jobs": p.mechanism_jobs, "workers": workers,
+                                                  "permits": permits, "waived": waive},
+                            "jobs_per_second", repeat, body)
+
+
 async def _pickup(bench: Bench, repeat: int) -> None:
     """Each queue in its own process, as the peers run (reliableq/bench/peers.py); not installed: no run."""
     for queue in peers.PICKUP_QUEUES:
@@ -239,6 +282,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "the hot path's cost of never deleting, and the pruner's rate", lambda p: 2, retention),
     Scenario("semaphore", "a slow dependency: in-flight work stays within the worker's permits",
              lambda p: 1, _semaphore),
+    Scenario("mechanisms", "what each mechanism costs: the same charged jobs with every mechanism on, and with "
+             f"each of {', '.join(COSTED_MECHANISMS)} off in turn (all on again before each, and at the end)",
+             lambda p: 2 * len(COSTED_MECHANISMS) + 1, _mechanisms),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
              "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
              "each in-process in its own process (reliableq/bench/peers.py)",

@@ -23,6 +23,7 @@ from reliableq import sql
 from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Window
 from reliableq.bench.runner import Bench
+from reliableq.config import Mechanisms
 from reliableq.lab import processes
 from reliableq.lab.harness import LocalSystem, local_system
 
@@ -32,11 +33,11 @@ WORKER_READY_SECONDS = 30.0
 
 @asynccontextmanager
 async def run_system(bench: Bench, label: str, charge_args: Sequence[str] = (), api: bool = False,
-                     charge: bool = True) -> AsyncIterator[LocalSystem]:
+                     charge: bool = True, mechanisms: Mechanisms | None = None) -> AsyncIterator[LocalSystem]:
     """The harness with every server a real process: a charge service (with `charge_args`) and the API
-    when asked. Stopped, and its databases dropped, on exit."""
+    when asked, each with `mechanisms` (default: the bench's). Stopped, and its databases dropped, on exit."""
     logs = bench.out_dir / "logs" / re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
-    async with local_system(bench.mechanisms, servers="processes", charge_args=charge_args, api=api,
+    async with local_system(mechanisms or bench.mechanisms, servers="processes", charge_args=charge_args, api=api,
                             charge=charge, database_prefix="rq_bench",
                             worker_pool_size=0, logs=logs) as system:
         yield system

@@ -256,7 +256,7 @@ def bench_banner(results: dict[str, Any] | None) -> str:
 
 def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
     """What each mechanism costs: jobs/s of the same charged jobs with every mechanism on and with each one
-    off in turn, from one bench run (its `mechanism_costs`); the grey band is the spread of the all-on runs.
+    off in turn, from one bench run (its `mechanism_costs`); the grey band spans the all-on runs' rates.
     A point whose gate failed has no bar and names what broke; the caption says what the gate waived and
     which mechanisms are not switched off, and why. None when the run has no mechanisms scenario."""
     costs = results.get("mechanism_costs")
@@ -266,12 +266,13 @@ def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 3.2))
     y = range(len(rows))
     ax.barh(y, [r["jobs_per_second"] or 0 for r in rows],
-            color=["tab:gray" if r["off"] is None else "tab:blue" for r in rows])
+            color=["tab:gray" if r["off"] is None else "tab:blue" for r in rows], zorder=2)
     ax.set_yticks(y, [r["point"] for r in rows])
     ax.invert_yaxis()  # all on first, as measured
     all_on = costs["all_on_jobs_per_second"]
     if all_on:
-        ax.axvspan(min(all_on), max(all_on), color="tab:gray", alpha=0.25, label="all on: spread of its runs")
+        ax.axvspan(min(all_on), max(all_on), color="tab:gray", alpha=0.25, zorder=1,
+                   label=f"all on: its {len(all_on)} runs' range")
         ax.legend(loc="lower right", fontsize=8)
     for row_y, r in zip(y, rows, strict=True):
         if r["jobs_per_second"]:
@@ -285,11 +286,13 @@ def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
     ax.set(xlabel="jobs finished per second (higher is cheaper)",
            title=f"What each mechanism costs: {costs['jobs']:,} charged jobs, {costs['workers']} workers x "
                  f"{costs['permits']} permits, one run")
-    waived = sorted({f"{name} ({why})" for r in rows for name, why in r["waived"].items()})
-    caption = [f"Measured on {machine(results)}. All on ran first and again last: a ratio inside the band is "
-               "no measurable cost.",
-               "Gate: every run is held to every invariant" + (", except: " + "; ".join(waived) if waived else "")
-               + ".",
+    waived = [f"with {r['off']} off, " + ", ".join(
+        f"'{name}' ({why}: {r['waived_broken'].get(name, 0)} jobs broke it)" for name, why in r["waived"].items())
+        for r in rows if r["waived"]]
+    caption = [f"Measured on {machine(results)}. All on ran before each switch and at the end; its bar is their "
+               "mean, the ratios are to it, and a bar ending inside the band is no measurable cost.",
+               "Gate: every run is held to every invariant" + (" except, " + "; ".join(waived) if waived else "")
+               + "; a run that broke any other failed and has no bar.",
                "Not switched off: " + "; ".join(f"{name}: {why}" for name, why in costs["not_measured"].items())
                + "."]
     text = "\n".join(textwrap.fill(line, 150) for line in caption)

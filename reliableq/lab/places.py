@@ -5,6 +5,9 @@ all use the folder `RELIABLEQ_WORKSPACE` names, else the `workspace/` folder of 
 `notebooks/`), else `~/reliableq-workspace` for a package installed without a clone. It holds the learner's
 copies of the notebooks (JupyterLab serves it, so saving a notebook never changes the clone), their
 exercise files, backups and progress, and a `.gitignore` that keeps it all out of the repository.
+
+Benchmark results, for notebook 11: the learner's newest run (`results/bench/latest` in the clone), else
+the reference results shipped in `notebooks/bench_reference/`; `RELIABLEQ_BENCH_RESULTS` names another.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import os
 from pathlib import Path
 
 WORKSPACE_VARIABLE = "RELIABLEQ_WORKSPACE"
+BENCH_RESULTS_VARIABLE = "RELIABLEQ_BENCH_RESULTS"
+REFERENCE_BENCH_FOLDER = "notebooks/bench_reference"  # in the clone
 _CLONE = Path(__file__).resolve().parents[2]  # this file: <clone>/reliableq/lab/places.py
 
 
@@ -30,6 +35,20 @@ def workspace_folder() -> Path:
     if (_CLONE / "notebooks").is_dir() and (_CLONE / "pyproject.toml").is_file():
         return _CLONE / "workspace"
     return Path.home() / "reliableq-workspace"
+
+
+def reference_bench_results(clone: Path = _CLONE) -> Path:
+    """The benchmark results shipped with the notebooks (`reliableq bench --reference` writes them)."""
+    return clone / REFERENCE_BENCH_FOLDER
+
+
+def bench_results(clone: Path = _CLONE) -> Path:
+    """The results folder notebook 11 shows (see the module's docstring); it may hold no results."""
+    configured = os.environ.get(BENCH_RESULTS_VARIABLE)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    own = clone / "results" / "bench" / "latest"
+    return own if (own / "results.json").is_file() else reference_bench_results(clone)
 
 
 def shown(path: Path) -> str:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -17,7 +18,7 @@ from reliableq.bench.gate import gate
 from reliableq.bench.profiles import PROFILES
 from reliableq.bench.results import RunResult, Sample, Window, keep_in_window, summarize
 from reliableq.bench.run import run_bench
-from reliableq.bench.scenarios import SCENARIOS
+from reliableq.bench.scenarios import ALL_ON, COSTED_MECHANISMS, SCENARIOS
 
 CHARGE_CHECK = "at most one charge per job and per idempotency key"
 
@@ -74,6 +75,24 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
         assert all(b["per_second"] for b in written["baselines"] if b["tool"].startswith(f"{peer}-")), peer
     text = (tmp_path / "report.md").read_text()
     assert "## Where the time goes" in text and "## Like for like" in text and "## Pickup latency" in text
+    # Every costed mechanism off in turn, all on before each and at the end, each run passing its gate.
+    assert [(r.point, r.passed) for r in result.runs if r.scenario == "mechanisms"] == [
+        *((point, True) for m in COSTED_MECHANISMS for point in (ALL_ON, f"{m} off")), (ALL_ON, True)]
+    assert [r["point"] for r in written["mechanism_costs"]["rows"]] == [ALL_ON, *(f"{m} off" for m in
+                                                                                COSTED_MECHANISMS)]
+    assert "## What each mechanism costs" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_a_profile_runs_the_scenarios_it_leaves_to_full_only_when_named(tmp_path):
+    """As quick leaves retention to full: by default a profile runs every scenario but those it leaves out;
+    named with --scenarios, one of them runs."""
+    profile = replace(PROFILES["tiny"], left_to_full=tuple(name for name in SCENARIOS if name != "idempotency"))
+    result = await run_bench(profile, tmp_path / "default", progress=False, baselines=False)
+    assert {r.scenario for r in result.runs} == {"idempotency"}
+    result = await run_bench(profile, tmp_path / "named", ["dead"], progress=False, baselines=False)
+    assert {r.scenario for r in result.runs} == {"dead"}
 
 
 @pytest.mark.slow

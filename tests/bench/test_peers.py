@@ -151,14 +151,14 @@ async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(m
     monkeypatch.setattr(peers, "measure", fake_measure)
     profile = PROFILES["quick"]
     found = await baselines.measure_baselines(profile, ["ingest", "execute"])
-    points = ([("ingest", c, profile.ingest_jobs) for c in (1, 4, 16)]
-              + [("ingest-batch", c, max(profile.ingest_jobs, 4 * c * 100)) for c in (1, 4, 16)]
-              + [("execute", c, profile.execute_jobs) for c in (1, 2, 4, 8, 16)])
+    points = ([("ingest", c, profile.ingest_jobs) for c in profile.ingest_clients]
+              + [("ingest-batch", c, max(profile.ingest_jobs, 4 * c * 100)) for c in profile.ingest_clients]
+              + [("execute", c, profile.execute_jobs) for c in profile.execute_concurrency])
     assert asked == [(peer, mode, jobs, c) for peer in peers.PEERS for mode, c, jobs in points]
     rows = {(b.tool, b.clients): b for b in found}
     assert rows[("procrastinate-enqueue", 4)].per_second == 100.0
     assert rows[("procrastinate-execute", 16)].note.startswith("procrastinate 9 over psycopg 3")
-    assert (rows[("pgqueuer-execute", 2)].per_second, rows[("pgqueuer-execute", 2)].note) == (None, "check failed: ...")
+    assert (rows[("pgqueuer-execute", 4)].per_second, rows[("pgqueuer-execute", 4)].note) == (None, "check failed: ...")
 
 
 async def test_baselines_note_a_peer_that_is_not_installed(monkeypatch):
