@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stage", help="run one stage's scenario with its mechanism off, on, or both")
     p.add_argument("name", help=", ".join(stages.names()))
     p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
-    p.add_argument("--seed", type=int, default=1, help="the scenario's seed (default 1, as the notebooks' and the guide's)")
+    p.add_argument("--seed", type=int, default=1, help="the scenario's seed (default 1, as in the notebooks)")
     p.set_defaults(run=cmd_stage)
 
     p = sub.add_parser("lab", help="start PostgreSQL, apply the schemas and open JupyterLab on the notebooks")
