@@ -71,9 +71,10 @@ def test_a_notebook_opened_before_it_is_run_shows_pictures_not_dead_widgets(open
 def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_last(open_notebook):
     """After Run All, nothing of the runs the prediction asks about is on the page, only the line saying to
     answer first, and Check without a pick changes nothing; a wrong prediction is answered with the right
-    one and why, and every held result appears, log lines included. Stop ends a run with leases off (worker-1
-    paused for good) within 2 s of the click. The panel runs with fencing off (it breaks), then with fencing and idempotency ticked: each run shows its live status line, and the second
-    result, the guarantee held, replaces the first right under the buttons. Once the kernel is shut down,
+    one and why, and every held result appears, log lines included. Stop ends a run with leases off
+    (worker-1 paused for good) within 2 s of the click. The panel runs with fencing off (it breaks), then
+    with fencing and idempotency ticked: each run shows its live status line, and the second result, the
+    guarantee held, replaces the first right under the buttons. Once the kernel is shut down,
     the panel says so; saved and opened again, it shows what it showed, never "Error displaying widget"."""
     notebook = open_notebook("05_fencing.ipynb")
     notebook.run_all_cells(timeout_seconds=120)
