@@ -52,8 +52,7 @@ def cmd_exercise(args: argparse.Namespace) -> int:
         print(f"The starter is back in {path}" + (f"; your version is in {backup}." if backup else "."))
         return 0
     if args.action == "hint":
-        number, hint = workspace.next_hint(exercise)
-        print(f"Hint {number} of {len(exercise.hints)}: {hint}")
+        print(workspace.next_hint(exercise))
         return 0
     if args.action == "solution":
         if workspace.state(exercise) != "passed" and not args.give_up:
@@ -70,7 +69,7 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     print(result.text())
     print(f"({result.seconds:.0f} s)")
     if result.outcome.exit_code < 2:
-        workspace.record(exercise, state="passed" if result.outcome.exit_code == 0 else "failing")
+        workspace.record_check(exercise, text, result.outcome.exit_code == 0, result.lines)
     return result.outcome.exit_code
 
 

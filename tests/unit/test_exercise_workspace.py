@@ -47,9 +47,26 @@ def test_progress_is_todo_then_what_the_last_check_said(tmp_path):
 
 def test_hints_come_one_at_a_time_and_the_last_repeats(tmp_path):
     workspace = Workspace(tmp_path)
-    seen = [workspace.next_hint(EXERCISE) for _ in range(len(EXERCISE.hints) + 1)]
-    assert [number for number, _ in seen] == [*range(1, len(EXERCISE.hints) + 1), len(EXERCISE.hints)]
-    assert seen[0][1] == EXERCISE.hints[0]
+    seen = [workspace.next_hint(EXERCISE).splitlines()[-1] for _ in range(len(EXERCISE.hints) + 1)]
+    last = len(EXERCISE.hints)
+    assert seen == [f"Hint {n} of {last}: {EXERCISE.hints[n - 1]}" for n in [*range(1, last + 1), last]]
+
+
+def test_a_hint_first_says_where_the_learners_file_stands(tmp_path):
+    """Read from the file as saved and the record of its last check: a hint is about this learner's code."""
+    workspace = Workspace(tmp_path)
+    assert workspace.next_hint(EXERCISE).startswith("You have no backoff.py yet")
+    path, _ = workspace.start(EXERCISE)
+    assert workspace.next_hint(EXERCISE).startswith("Your file is still the starter as shipped.\nHint ")
+    path.write_text("my try")
+    workspace.record_check(EXERCISE, "my try", False, ["  step 1/3", "✗ Broken: a delay above the cap", "  x"])
+    assert workspace.next_hint(EXERCISE).startswith(
+        "Your file as saved, at its last check: ✗ Broken: a delay above the cap\nHint ")
+    path.write_text("my second try")
+    assert workspace.next_hint(EXERCISE).startswith("Your file changed since its last check")
+    workspace.record_check(EXERCISE, "my second try", True, ["✓ backoff passed"])
+    assert workspace.next_hint(EXERCISE).startswith("Your file as saved passed its last check.")
+    assert workspace.state(EXERCISE) == "passed"
 
 
 def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path, capsys):
@@ -67,7 +84,8 @@ def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path
     assert main(["exercise", "start", "backoff", *ws]) == 0
     assert (tmp_path / "backoff.py").read_text() == EXERCISE.starter
     assert main(["exercise", "hint", "backoff", *ws]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"Hint 1 of {len(EXERCISE.hints)}: {EXERCISE.hints[0]}"
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "Your file is still the starter as shipped.", f"Hint 1 of {len(EXERCISE.hints)}: {EXERCISE.hints[0]}"]
     assert main(["exercise", "solution", "backoff", *ws]) == 2
     assert "--give-up" in capsys.readouterr().err
     assert main(["exercise", "solution", "backoff", "--give-up", *ws]) == 0

@@ -74,8 +74,7 @@ class ExercisePanel(RunPanel):
         self.solution_button.disabled = not (self.given_up or self.workspace.state(self.exercise) == "passed")
 
     def hint(self) -> str:
-        number, hint = self.workspace.next_hint(self.exercise)
-        return self._say(f"Hint {number} of {len(self.exercise.hints)}: {hint}")
+        return self._say(self.workspace.next_hint(self.exercise))
 
     def reset(self) -> str:
         path, backup = self.workspace.reset(self.exercise)
@@ -113,7 +112,7 @@ class ExercisePanel(RunPanel):
         result = await check(self.exercise, text, seed=self.seed, seeds=self.seeds,
                              earlier=earlier_code(self.exercise, self.workspace))
         if result.outcome is not Outcome.COULD_NOT_RUN:
-            self.workspace.record(self.exercise, state="passed" if result.outcome is Outcome.PASSED else "failing")
+            self.workspace.record_check(self.exercise, text, result.outcome is Outcome.PASSED, result.lines)
             self.progress_line.value = self._progress()
         return result
 

@@ -89,12 +89,29 @@ class Workspace:
         self.ready()
         (self.folder / PROGRESS).write_text(json.dumps(progress, indent=2, sort_keys=True) + "\n")
 
-    def next_hint(self, exercise: Exercise) -> tuple[int, str]:
-        """The next hint (1-based number, text); the last one again once all were seen."""
-        seen = self.progress().get(exercise.name, {}).get("hints", 0)
-        number = min(seen + 1, len(exercise.hints))
+    def record_check(self, exercise: Exercise, text: str, passed: bool, lines: list[str]) -> None:
+        """A verdict on `text` (the file as it was graded): its state, and what a hint reads back later."""
+        failed_on = next((line for line in lines if line.startswith("✗")), None)
+        self.record(exercise, state="passed" if passed else "failing", checked=_digest(text), failed_on=failed_on)
+
+    def next_hint(self, exercise: Exercise) -> str:
+        """The next hint (the last one again once all were seen), after a line on the learner's file as saved:
+        still the starter, or where its last check left it, or changed since."""
+        record = self.progress().get(exercise.name, {})
+        number = min(record.get("hints", 0) + 1, len(exercise.hints))
         self.record(exercise, hints=number)
-        return number, exercise.hints[number - 1]
+        text = self.read(exercise)
+        if text is None:
+            yours = f"You have no {exercise.filename} yet (Reset, or `reliableq exercise start {exercise.name}`)."
+        elif text == exercise.starter:
+            yours = "Your file is still the starter as shipped."
+        elif record.get("checked") != _digest(text):
+            yours = "Your file changed since its last check: Check it to see where it stands now."
+        elif record.get("state") == "passed":
+            yours = "Your file as saved passed its last check."
+        else:
+            yours = f"Your file as saved, at its last check: {record.get('failed_on') or 'it failed'}"
+        return f"{yours}\nHint {number} of {len(exercise.hints)}: {exercise.hints[number - 1]}"
 
     # -- notebooks -----------------------------------------------------------------------------
 
@@ -125,3 +142,7 @@ class Workspace:
             copied.append(source.name)
         record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         return copied, stale
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
