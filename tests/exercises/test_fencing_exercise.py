@@ -93,10 +93,11 @@ OLD = {"reclaimed by": "the same worker (worker-1)"}
                                                                                       "RUNNING -> DEAD"}),
     (LEASE_LIVE, AFTER_RECLAIM, OLD | {"job": "job-3", "your succeed for the old claim": "won, and the job went "
                                                                                         "RUNNING -> SUCCEEDED"}),
-    (WIN_PER_JOB, "in one grouped success", {"job": "job-11", "group": "old claim first", "old claim won": True,
+    (WIN_PER_JOB, "in one grouped success", {"job": "job-11", "group": "old claim first",
+                                             "old claim's token": "below the current one", "old claim won": True,
                                              "current claim won": True}),
     (SNAPSHOT, "an old claim's write that waited for a reclaim still in progress",
-     OLD | {"job": "job-15", "your retry for the old claim": "won, and the job went RUNNING -> PENDING"}),
+     OLD | {"job": "job-17", "your retry for the old claim": "won, and the job went RUNNING -> PENDING"}),
     (NEVER, "the current claim's renew, succeed, retry and dead win",
      {"job": "job-3", "your succeed for the current claim": "lost"}),
 ], ids=["succeed-only", "by-worker-id", "status-only", "live-lease-not-token", "win-per-job",
@@ -115,6 +116,12 @@ MUTANTS_FOUND = {
     "token-compared-by-order": (fencing.REFERENCE.replace("AND lease_token = %(lease_token)s)",
                                                           "AND lease_token <= %(lease_token)s)"),
                                 AFTER_RECLAIM, "won"),
+    # Who won a group told by comparing tokens by order: the old claim wins when its token is above the
+    # current one's (random tokens made that a coin toss until both orders were forced).
+    "group-win-told-by-token-order": (fencing.REFERENCE.replace("f.lease_token = owned.lease_token",
+                                                                "f.lease_token <= owned.lease_token"),
+                                      "in one grouped success holding a job's old and current claim",
+                                      "'above it', 'old claim won': True"),
     # A renew that revives a lease that ran out (nobody reclaimed it yet).
     "renew-revives-a-run-out-lease": (fencing.REFERENCE.replace("AND lease_expires_at > clock_timestamp()", ""),
                                       "an owner's renew after its lease ran out", "ran out an hour ago"),

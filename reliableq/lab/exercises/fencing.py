@@ -119,7 +119,8 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     is the same worker's, by the shipped claim, after the check wrote the lease's expiry an hour into the
     past: (1) the old claim's renew, succeed, retry and dead, each after the reclaim committed, must lose
     and change nothing, and the current claim's must win; (2) in one grouped success holding the old and
-    the current claim, only the current wins, in either order; (3) each old write issued while the
+    the current claim, only the current wins, in either order, the old token below and above the current
+    one (a token compared by `<=` in telling who won is seen); (3) each old write issued while the
     reclaim's transaction is still open, seen waiting for its row lock (or already refused) before the
     reclaim commits, so PostgreSQL re-checks the row the reclaim wrote; (4) the owner's succeed,
     retry and dead in progress while a reclaim comes: the reclaim passes over the job, and the write's
@@ -148,8 +149,8 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
                                       "changed": "another worker's job or its claim on record"})
         behind_renew = await _succeed_behind_renew(scratch, learner)
         run_out = await _renew_after_run_out(scratch, queue)
-        grouped = [row for order in ("old claim first", "current claim first")
-                   for row in await _grouped(scratch, queue, order)]
+        grouped = [row for order in ("old claim first", "current claim first") for stale_token in STALE_TOKENS
+                   for row in await _grouped(scratch, queue, order, stale_token)]
         for write in WRITES:
             blocked += await _behind_reclaim_in_progress(scratch, learner, write)
         for write in WRITES[1:]:
@@ -306,15 +307,16 @@ def _judged(scratch: schedules.Scratch, write: str, stale: Job, won: bool | None
     return []
 
 
-async def _grouped(scratch: schedules.Scratch, queue: Queue, order: str) -> list[dict]:
-    stale, current = await _reclaimed(scratch)
+async def _grouped(scratch: schedules.Scratch, queue: Queue, order: str, stale_token: uuid.UUID) -> list[dict]:
+    stale, current = await _reclaimed(scratch, stale_token=stale_token)
     group = [stale, current] if order == "old claim first" else [current, stale]
     won = await queue.succeed_many(group)
     said = dict(zip(("old" if claim is stale else "current" for claim in group), won, strict=True))
     if said == {"old": False, "current": True}:
         return []
-    return [{"job": scratch.label(stale.id), "group": order, "old claim won": said["old"],
-             "current claim won": said["current"]}]
+    return [{"job": scratch.label(stale.id), "group": order,
+             "old claim's token": "below the current one" if stale_token < current.lease_token else "above it",
+             "old claim won": said["old"], "current claim won": said["current"]}]
 
 
 async def _behind_reclaim_in_progress(scratch: schedules.Scratch, learner: dict[str, str], write: str) -> list[dict]:
