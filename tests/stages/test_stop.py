@@ -39,15 +39,7 @@ async def test_stop_ends_a_run_at_once_and_says_so(name, on, moment):
     if moment == "while-it-waits":
         await wait_until(lambda: panel.watch.what or run.done(), 60, "the run to wait for something")
         assert not run.done(), f"stage {name} never waited: every stage's scenario waits for its workers"
-    pressed = time.monotonic()
-    panel.stop()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    took = time.monotonic() - pressed
-    print(f"stage {name} {'on' if on else 'off'}: stopped {took:.2f} s after Stop")
-    assert took < STOPPED_WITHIN_SECONDS
-    assert "stopped after" in panel.status.value
-    assert not panel.button.disabled and panel.stop_button.disabled
+    await _stopped(panel, run, f"stage {name} {'on' if on else 'off'}")
 
 
 async def test_stop_ends_stage_05_with_worker_1_paused_for_good():
@@ -59,10 +51,17 @@ async def test_stop_ends_stage_05_with_worker_1_paused_for_good():
     await wait_until(lambda: "worker-2" in (panel.watch.what or "") or run.done(), 60,
                      "worker-1 to pause and the run to wait for worker-2")
     assert not run.done()
+    await _stopped(panel, run, "stage fencing, worker-1 paused")
+
+
+async def _stopped(panel: ScenarioPanel, run: asyncio.Task, what: str) -> None:
+    """Press Stop; the run ends cancelled, in time, and the panel says so and is ready for another."""
     pressed = time.monotonic()
     panel.stop()
     with pytest.raises(asyncio.CancelledError):
         await run
     took = time.monotonic() - pressed
-    print(f"stage fencing, worker-1 paused: stopped {took:.2f} s after Stop")
-    assert took < STOPPED_WITHIN_SECONDS and "stopped after" in panel.status.value
+    print(f"{what}: stopped {took:.2f} s after Stop")
+    assert took < STOPPED_WITHIN_SECONDS
+    assert "stopped after" in panel.status.value
+    assert not panel.button.disabled and panel.stop_button.disabled
