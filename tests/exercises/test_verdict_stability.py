@@ -34,7 +34,8 @@ RIGHT_SPELLINGS = {
     "commit-before-ack": test_commit_before_ack_exercise.RIGHT,
     "skip-locked": {"no-key-in-subquery": test_skip_locked_exercise.NO_KEY_IN_SUBQUERY},
     "leases": {"plain-now": test_leases_exercise.PLAIN_NOW, "clock-timestamp": test_leases_exercise.CLOCK_TIMESTAMP},
-    "fencing": {"token-only": test_fencing_exercise.TOKEN_ONLY, "not-distinct": test_fencing_exercise.NOT_DISTINCT},
+    "fencing": {"token-only": test_fencing_exercise.TOKEN_ONLY, "not-distinct": test_fencing_exercise.NOT_DISTINCT,
+                "no-key-lock-and-join": test_fencing_exercise.NO_KEY_LOCK_AND_JOIN},
     "idempotency": test_idempotency_exercise.RIGHT,
     "backoff": {name: getattr(test_backoff_exercise, name) for name in
                 ("SCALED", "SWAPPED", "LDEXP", "FLOAT_POWER", "DOUBLING_UP_TO_THE_CAP")},
