@@ -444,7 +444,7 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
              f"Started {result.started_at}, {result.seconds:.0f} s, seed {result.seed}; {env.get('database')} "
              f"{env.get('postgresql') or ''}, {env.get('cpus')} CPUs ({env.get('cpu_model') or 'model unknown'}), "
              f"Python {env.get('python')}; load average {env.get('load_average_before')} before, "
-             f"{env.get('load_average_after')} after." + (f" {env['note']}" if env.get("note") else ""), "",
+             f"{env.get('load_average_after')} after." + (f" Note: {env['note']}." if env.get("note") else ""), "",
              f"**Gate:** {len(result.runs) - len(failed)} of {len(result.runs)} runs passed every invariant; "
              + ("no run failed." if not failed else f"{len(failed)} failed and are left out of every mean below."),
              ""]
@@ -541,7 +541,7 @@ def mechanism_lines(costs: dict[str, Any] | None) -> list[str]:
     lines += _table(["point", "jobs /s", "ratio to all on", "claims per job", "gate"],
                     [[r["point"], r["jobs_per_second"], _ratio(r["ratio_to_all_on"]), r["claims_per_job"],
                       ("failed: " + "; ".join(r["broken"])) if r["broken"] else
-                      ("passed, waived: " + "; ".join(f"{name} ({r['waived_broken'].get(name, 0)} jobs broke it)"
+                      ("passed, waived: " + "; ".join(f"{name} (jobs that broke it: {r['waived_broken'].get(name, 0)})"
                                                       for name in r["waived"])) if r["waived"] else "passed"]
                      for r in costs["rows"]])
     lines += ["", "Not switched off here: " + "; ".join(f"{name}: {why}" for name, why in

@@ -224,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=["tiny", "quick", "full"], default="quick",
                    help="quick (default): about 4-5 minutes on 2 cores, retention left to full; full: larger "
                         "sizes, every point 3 times; tiny: seconds, for tests")
-    p.add_argument("--out", help="results folder (default: results/bench/<timestamp>, linked as results/bench/latest)")
+    p.add_argument("--out", help="results folder (default: results/bench/<timestamp> in the clone, whatever the "
+                                 "current folder, linked as results/bench/latest, which notebook 11 shows)")
     p.add_argument("--scenarios", help="comma-separated subset: " + ",".join(SCENARIOS))
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

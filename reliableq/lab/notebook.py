@@ -234,7 +234,7 @@ def machine(results: dict[str, Any]) -> str:
     if env.get("postgresql"):
         where += f", PostgreSQL {env['postgresql']}"
     if env.get("load_average_before") is not None:
-        where += f", load average {env['load_average_before']} as it began"
+        where += f", load average {env['load_average_before']} as it began and {env['load_average_after']} as it ended"
     return where + (f"; {env['note']}" if env.get("note") else "")
 
 
@@ -250,8 +250,9 @@ def bench_banner(results: dict[str, Any] | None) -> str:
         return (f"Benchmark results: the reference shipped with the notebooks ({places.REFERENCE_BENCH_FOLDER}), "
                 f"{measured}. Yours will differ: {make_own} (it took {took[0]} min {took[1]:02d} s there) "
                 "makes your own, and this notebook then shows them.")
-    return (f"Benchmark results: your own run ({places.shown(Path(results['folder']))}), {measured}. The reference "
-            f"shipped with the notebooks is in {places.REFERENCE_BENCH_FOLDER}.")
+    folder = places.from_clone(Path(results["folder"]))
+    return (f"Benchmark results: your own run ({folder}), {measured}. The reference shipped with the notebooks is "
+            f"in {places.REFERENCE_BENCH_FOLDER}.")
 
 
 def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
@@ -263,7 +264,19 @@ def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
     if not costs:
         return None
     rows = costs["rows"]
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 3.2))
+    waived = [f"with {r['off']} off, " + ", ".join(
+        f"'{name}' ({why}; jobs that broke it: {r['waived_broken'].get(name, 0)})" for name, why in r["waived"].items())
+        for r in rows if r["waived"]]
+    caption = [f"Measured on {machine(results)}. All on ran before each switch and at the end; its bar is their "
+               "mean, the ratios are to it, and a bar ending inside the band is no measurable cost.",
+               "Gate: every run is held to every invariant" + (" except, " + "; ".join(waived) if waived else "")
+               + "; a run that broke any other failed and has no bar.",
+               "Not switched off: " + "; ".join(f"{name}: {why}" for name, why in costs["not_measured"].items())
+               + "."]
+    caption_text = "\n".join(textwrap.fill(line, 150) for line in caption)
+    caption_inches = 0.12 * (caption_text.count("\n") + 1) + 0.15  # 7-point lines, and a margin
+    height = 0.45 * len(rows) + 1.8 + caption_inches
+    fig, ax = plt.subplots(figsize=(9, height))
     y = range(len(rows))
     ax.barh(y, [r["jobs_per_second"] or 0 for r in rows],
             color=["tab:gray" if r["off"] is None else "tab:blue" for r in rows], zorder=2)
@@ -284,21 +297,10 @@ def plot_mechanism_costs(results: dict[str, Any]) -> plt.Figure | None:
         ax.text(r["jobs_per_second"] or 0, row_y, text, va="center", fontsize=8)
     ax.set_xlim(0, 1.45 * max([r["jobs_per_second"] or 0 for r in rows] + [1]))
     ax.set(xlabel="jobs finished per second (higher is cheaper)",
-           title=f"What each mechanism costs: {costs['jobs']:,} charged jobs, {costs['workers']} workers x "
-                 f"{costs['permits']} permits, one run")
-    waived = [f"with {r['off']} off, " + ", ".join(
-        f"'{name}' ({why}: {r['waived_broken'].get(name, 0)} jobs broke it)" for name, why in r["waived"].items())
-        for r in rows if r["waived"]]
-    caption = [f"Measured on {machine(results)}. All on ran before each switch and at the end; its bar is their "
-               "mean, the ratios are to it, and a bar ending inside the band is no measurable cost.",
-               "Gate: every run is held to every invariant" + (" except, " + "; ".join(waived) if waived else "")
-               + "; a run that broke any other failed and has no bar.",
-               "Not switched off: " + "; ".join(f"{name}: {why}" for name, why in costs["not_measured"].items())
-               + "."]
-    text = "\n".join(textwrap.fill(line, 150) for line in caption)
-    lines = text.count("\n") + 1
-    fig.tight_layout(rect=(0, 0.035 * lines + 0.02, 1, 1))
-    fig.text(0.01, 0.01, text, fontsize=7, va="bottom")
+           title=f"What each mechanism costs: {costs['jobs']:,} charged jobs, {costs['workers']} processes x "
+                 f"{costs['permits']} permits")
+    fig.tight_layout(rect=(0, caption_inches / height, 1, 1))
+    fig.text(0.01, 0.01, caption_text, fontsize=7, va="bottom")
     return fig
 
 

@@ -42,13 +42,24 @@ def reference_bench_results(clone: Path = _CLONE) -> Path:
     return clone / REFERENCE_BENCH_FOLDER
 
 
+def bench_runs(clone: Path = _CLONE) -> Path:
+    """Where `reliableq bench` writes its runs, whatever the current folder: the clone's `results/bench/`
+    (git ignores it), else ./results/bench for a package installed without a clone."""
+    return clone / "results" / "bench" if (clone / "pyproject.toml").is_file() else Path.cwd() / "results" / "bench"
+
+
 def bench_results(clone: Path = _CLONE) -> Path:
     """The results folder notebook 11 shows (see the module's docstring); it may hold no results."""
     configured = os.environ.get(BENCH_RESULTS_VARIABLE)
     if configured:
         return Path(configured).expanduser().resolve()
-    own = clone / "results" / "bench" / "latest"
+    own = bench_runs(clone) / "latest"
     return own if (own / "results.json").is_file() else reference_bench_results(clone)
+
+
+def from_clone(path: Path) -> str:
+    """`path` named from the clone's root when inside it, as the README names files; else in full."""
+    return path.relative_to(_CLONE).as_posix() if path.is_relative_to(_CLONE) else path.as_posix()
 
 
 def shown(path: Path) -> str:

@@ -21,7 +21,7 @@ RECLAIMED = "no job was reclaimed while its lease was still running"
 FINALIZED = "no stale owner finalized a job; each job was finalized once"
 CHARGE_CHECK = "at most one charge per job and per idempotency key"
 ENVIRONMENT = {"cpus": 2, "cpu_model": "Test CPU @ 2.0GHz", "postgresql": "18.1", "load_average_before": 0.5,
-               "note": "shared with a test run"}
+               "load_average_after": 1.5, "note": "shared with a test run"}
 
 
 @pytest.fixture(autouse=True)
@@ -72,8 +72,8 @@ def test_each_mechanism_is_set_beside_the_mean_of_the_all_on_runs():
 def test_the_report_tables_the_costs_and_says_which_mechanisms_are_not_switched_off():
     text = report.markdown(_costed_result(), [])
     assert "## What each mechanism costs" in text
-    assert (f"| skip_locked off | 55 | 0.50 | 1.4 | passed, waived: {RECLAIMED} (3 jobs broke it); {FINALIZED} "
-            "(0 jobs broke it) |") in text
+    assert (f"| skip_locked off | 55 | 0.50 | 1.4 | passed, waived: {RECLAIMED} (jobs that broke it: 3); "
+            f"{FINALIZED} (jobs that broke it: 0) |") in text
     assert "| idempotency off | – | – | – | failed: " + CHARGE_CHECK + " |" in text  # nothing of a failed run
     assert "Not switched off here: commit_before_ack: acts on the API's submissions" in text
 
@@ -89,7 +89,7 @@ def test_the_chart_has_a_bar_per_point_names_what_broke_and_says_what_was_waived
     assert " 55 jobs/s, 0.50x all on, 1.40 claims per job" in labels
     assert " failed: " + CHARGE_CHECK in labels
     caption = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
-    assert f"with skip_locked off, '{RECLAIMED}' (by design: 3 jobs broke it)" in caption
+    assert f"with skip_locked off, '{RECLAIMED}' (by design; jobs that broke it: 3)" in caption
     assert "Test CPU @ 2.0GHz" in caption
     assert all(name in caption for name in UNCOSTED_MECHANISMS)
     plt.close(fig)
@@ -105,6 +105,7 @@ def _results_folder(folder: Path, **fields) -> Path:
 
 
 def test_the_notebook_shows_the_learners_own_run_else_the_shipped_reference(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("")  # a clone: its own runs are in its results/bench
     reference = _results_folder(tmp_path / "notebooks" / "bench_reference", reference=True)
     assert places.bench_results(tmp_path) == reference
     own = _results_folder(tmp_path / "results" / "bench" / "20260102-030405")
@@ -119,9 +120,9 @@ def test_the_banner_says_whose_results_when_and_on_what_and_how_to_make_your_own
     reference = nb.latest_bench(_results_folder(tmp_path / "reference", reference=True))
     assert nb.bench_banner(reference) == (
         "Benchmark results: the reference shipped with the notebooks (notebooks/bench_reference), profile quick, "
-        "measured 2026-01-02 03:04 on 2 CPUs (Test CPU @ 2.0GHz), PostgreSQL 18.1, load average 0.5 as it began; "
-        "shared with a test run. Yours will differ: `reliableq bench --profile quick` in the repository (it took "
-        "4 min 47 s there) makes your own, and this notebook then shows them.")
+        "measured 2026-01-02 03:04 on 2 CPUs (Test CPU @ 2.0GHz), PostgreSQL 18.1, load average 0.5 as it began "
+        "and 1.5 as it ended; shared with a test run. Yours will differ: `reliableq bench --profile quick` in the "
+        "repository (it took 4 min 47 s there) makes your own, and this notebook then shows them.")
     own = nb.bench_banner(nb.latest_bench(_results_folder(tmp_path / "own")))
     assert own.startswith("Benchmark results: your own run (") and "measured 2026-01-02 03:04 on 2 CPUs" in own
     assert nb.bench_banner(None).startswith("Benchmark results: none found. Run `reliableq bench --profile quick`")
@@ -139,3 +140,14 @@ def test_a_reference_holds_only_what_the_notebook_reads_and_no_older_chart(tmp_p
                                                                                              "results.json"]
     assert set(json.loads((reference / "results.json").read_text())) == {*report.REFERENCE_KEYS, "reference"}
 
+
+def test_the_shipped_reference_is_labelled_and_prices_every_costed_mechanism():
+    """notebooks/bench_reference, as a fresh clone has it: what notebook 11 shows before a learner runs
+    anything. It names its machine and date, and its mechanism costs cover every costed switch."""
+    results = nb.latest_bench(places.reference_bench_results(CLONE))
+    assert results["reference"] and results["profile"] == "quick"
+    env = results["environment"]
+    assert env["cpus"] and env["cpu_model"] and env["postgresql"] and results["started_at"]
+    rows = results["mechanism_costs"]["rows"]
+    assert [r["point"] for r in rows] == [ALL_ON, *(f"{name} off" for name in COSTED_MECHANISMS)]
+    assert sorted(p.name for p in Path(results["folder"]).glob("*.png"))  # the harness's charts, shown beside
