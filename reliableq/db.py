@@ -9,7 +9,7 @@ server; the charge service's boundary is its database. This module does not deci
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import logging
 import math
 import os
 import re
@@ -30,6 +30,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from reliableq import sql
+
+log = logging.getLogger("reliableq.db")
 
 QUEUE_DATABASE = "reliableq"
 CHARGE_SUFFIX = "_charges"
@@ -194,29 +196,73 @@ def ensure_database(url: str) -> None:
             pass  # another process created it since we looked
 
 
-def apply_schema(url: str, database: str) -> None:
-    """Apply the idempotent schema of `database` ('queue' or 'charge') to the database at `url`, unless
-    this very text was applied there already (sql/migrate.sql says why that matters)."""
-    schema = sql.schema(database)
-    digest = hashlib.sha256(schema.encode()).hexdigest()
-    migrate = sql.queries("migrate")
+class MigrationFailed(DatabaseUnavailable):
+    """A migration failed and was rolled back, or the database has one this release does not know. A kind
+    of DatabaseUnavailable: nothing may use the database until someone fixes it; the message names the
+    file and says what PostgreSQL said."""
+
+
+def apply_schema(url: str, database: str) -> list[sql.Migration]:
+    """Bring the database at `url` to the current schema of `database` ('queue' or 'charge'): apply its
+    migrations (sql/migrations/<database>/) not recorded there yet, in order, each in a transaction of its
+    own with the row that records it; the migrations applied, none when it was up to date.
+
+    Concurrent callers are safe: each transaction takes the migration lock before it reads what is
+    applied, so every migration is applied once, by whichever caller comes first. A database the
+    unnumbered script made (before numbered migrations) has no record and gets every migration, which
+    is why migrations 1 and 2 are idempotent (sql/migrations/queue/0002_from_unnumbered_schema.sql).
+    Boundary: a migration that waits for a table lock waits as long as the lock is held."""
+    known = sql.migrations(database)
+    named = sql.queries("migrate")
+    done: list[sql.Migration] = []
     with connect(url, autocommit=True) as conn:
-        conn.execute(migrate["migrate_lock"])
-        try:
-            conn.execute(migrate["schema_applied_create"])
-            applied = conn.execute(migrate["schema_applied_read"], {"name": database}).fetchone()
-            if applied is None or applied[0] != digest:
-                conn.execute(schema)
-                conn.execute(migrate["schema_applied_write"], {"name": database, "sha256": digest})
-        finally:
-            conn.execute(migrate["migrate_unlock"])
+        while True:
+            pending = None
+            try:
+                with conn.transaction():
+                    conn.execute(named["migration_lock"])
+                    conn.execute(named["migrations_create"])
+                    applied = [row[0] for row in conn.execute(named["migrations_applied"], {"database": database})]
+                    pending = _first_pending(database, known, applied)
+                    if pending is None:
+                        break
+                    conn.execute(pending.text)
+                    conn.execute(named["migration_record"],
+                                 {"database": database, "number": pending.number, "name": pending.name})
+            except psycopg.Error as error:
+                if pending is None:
+                    raise
+                said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise MigrationFailed(
+                    f"migration {pending.name}.sql of the {database} database failed and was rolled back "
+                    f"(nothing of it is applied): {said}. Fix the cause (the file, or the data it met) and "
+                    "migrate again"
+                ) from error
+            log.info("applied migration %s to the %s database %s", pending.name, database, database_name(url))
+            done.append(pending)
+    return done
 
 
-def migrate(databases: Databases) -> None:
-    """Create both databases if needed and apply their schemas; safe to run any number of times."""
+def _first_pending(database: str, known: tuple[sql.Migration, ...], applied: list[int]) -> sql.Migration | None:
+    """The first of `known` not in `applied`, or None; an applied number this release has no file for
+    means the database is newer than this code."""
+    unknown = sorted(set(applied) - {m.number for m in known})
+    if unknown:
+        raise MigrationFailed(
+            f"the {database} database has migration {unknown[-1]:04d}, which this release of reliableq does not "
+            f"have (it knows up to {len(known):04d}): upgrade reliableq, or use a database made by this release"
+        )
+    return next((m for m in known if m.number not in applied), None)
+
+
+def migrate(databases: Databases) -> dict[str, list[sql.Migration]]:
+    """Create both databases if needed and apply their pending migrations; what was applied to each
+    ('queue', 'charge'). Safe to run any number of times, from any number of processes at once."""
+    applied = {}
     for url, database in ((databases.queue_url, "queue"), (databases.charge_url, "charge")):
         ensure_database(url)
-        apply_schema(url, database)
+        applied[database] = apply_schema(url, database)
+    return applied
 
 
 _SAFE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")

@@ -152,9 +152,10 @@ def migrated_template(admin_url: str, database: str) -> str:
     ('queue' or 'charge'), made once per schema text and kept: cloning it costs half of creating a database
     and applying the schema, and a check or a lab run makes many.
 
-    Named by the schema's digest, so a changed schema gets a template of its own. Built under an owned
-    scratch name and renamed when complete, so a concurrent process never clones a half-built one (a rename
-    to a name that exists fails, and the loser drops its copy), and one whose builder died is a leftover."""
+    Named by the digest of the schema's migrations (their names and text, `sql.schema`), so a new
+    migration gets a template of its own. Built under an owned scratch name and renamed when complete, so a
+    concurrent process never clones a half-built one (a rename to a name that exists fails, and the loser
+    drops its copy), and one whose builder died is a leftover."""
     digest = hashlib.sha256(sql.schema(database).encode()).hexdigest()[:12]
     name = f"{TEMPLATE_PREFIX}{database}_{digest}"
     if (admin_url, name) in _templates:

@@ -1,9 +1,9 @@
 """Wake on submit: a worker hears of a new job when its insert commits, instead of at its next poll.
 
 Every insert into `jobs` notifies the channel below in the inserting transaction (a trigger in
-sql/queue_schema.sql), and PostgreSQL delivers a notification only once that transaction commits: a
-notification always means a committed job, never one a rollback took back. A worker listens on a
-connection of its own and, on each notification, claims at once. Notifications coalesce: the worker
+sql/migrations/queue/0001_schema.sql), and PostgreSQL delivers a notification only once that transaction
+commits: a notification always means a committed job, never one a rollback took back. A worker listens on
+a connection of its own and, on each notification, claims at once. Notifications coalesce: the worker
 wakes once however many arrived while it was busy. They can also be missed (while the listener
 reconnects, or for a retry whose time comes later), so the poll stays as the fallback; after each
 (re)connect the worker claims once, to find whatever was submitted while nobody listened.
@@ -15,7 +15,8 @@ and takes it back when it claims again. Under load every worker is busy and noth
 out a few polls after its last renewal, so a killed worker's mark does not keep every submission
 notifying. Whenever a mark was not live before (new, or run out), the worker claims once more at once, for
 a job submitted while nobody was marked; one whose insert checked while the mark was on its way and
-committed after that claim waits for the poll (sql/queue_schema.sql says why no gate closes that window).
+committed after that claim waits for the poll (sql/migrations/queue/0001_schema.sql says why no gate
+closes that window).
 """
 
 from __future__ import annotations

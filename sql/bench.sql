@@ -1,4 +1,4 @@
--- Named queries of the benchmark (reliableq/bench/) over the queue's tables (sql/queue_schema.sql).
+-- Named queries of the benchmark (reliableq/bench/) over the queue's tables (sql/migrations/queue/).
 -- Read-mostly: the only write is the preload, which stands in for a client that already submitted.
 
 -- name: job_insert_many

@@ -1,4 +1,4 @@
--- Named queries of the charge service (sql/charge_schema.sql), loaded by reliableq/sql.py.
+-- Named queries of the charge service (sql/migrations/charge/), loaded by reliableq/sql.py.
 
 -- name: charge_insert_once
 -- Create the charge unless its key exists, and log the request as `created` when it did: the common

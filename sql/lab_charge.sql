@@ -1,4 +1,4 @@
--- Named queries of the lab (reliableq/lab/) over the charge service's tables (sql/charge_schema.sql),
+-- Named queries of the lab (reliableq/lab/) over the charge service's tables (sql/migrations/charge/),
 -- loaded by reliableq/sql.py: handler runs and charges per job, timelines and the invariant checks.
 -- Read-only; the charge service itself never runs them.
 

@@ -1,4 +1,4 @@
--- Named queries of the lab (reliableq/lab/) over the queue's tables (sql/queue_schema.sql), loaded by
+-- Named queries of the lab (reliableq/lab/) over the queue's tables (sql/migrations/queue/), loaded by
 -- reliableq/sql.py: the ledger's counts, timelines and the invariant checks. Read-only, run after (or
 -- beside) an experiment; the queue itself never runs them. An invariant query returns one row per
 -- offending job or claim: empty means the invariant held.

@@ -1,5 +1,5 @@
 -- Named queries of the exercises' forced schedules (reliableq/lab/exercises/schedules.py) over the queue's
--- tables (sql/queue_schema.sql), loaded by reliableq/sql.py. They run only on a check's scratch database:
+-- tables (sql/migrations/queue/), loaded by reliableq/sql.py. They run only on a check's scratch database:
 -- they put jobs in the states a schedule needs, on the database's own clock, and hold or release the
 -- statements under test at the moment the schedule chooses. The queue never runs them.
 

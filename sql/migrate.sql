@@ -1,29 +1,29 @@
--- Named queries of the migration (reliableq/db.py apply_schema), the same for both databases. A
--- schema is applied only when its text changed since it was last applied here: applying it again
--- would take locks on the tables (CREATE INDEX IF NOT EXISTS takes one before it looks), and a
--- worker starting beside a stalled one would wait behind that worker's open transaction.
+-- Named queries of the migrations (reliableq/db.py apply_schema), the same for both databases. Each
+-- migration runs in a transaction of its own together with the row that records it, under a lock held
+-- to that transaction's end; a database whose migrations are all recorded runs none, so a process
+-- starting beside a stalled one never waits behind that one's open transaction (applying a schema takes
+-- locks on its tables: CREATE INDEX IF NOT EXISTS takes one before it looks).
 
--- name: migrate_lock
--- Serialise concurrent migrations (several processes starting at once).
-SELECT pg_advisory_lock(hashtext('reliableq migrate'));
+-- name: migration_lock
+-- Serialise concurrent migrators (several processes starting at once) until this transaction ends. The
+-- key is the one the unnumbered script's migrator took, so it also waits for an older release's.
+SELECT pg_advisory_xact_lock(hashtext('reliableq migrate'));
 
--- name: migrate_unlock
--- Release the migration lock.
-SELECT pg_advisory_unlock(hashtext('reliableq migrate'));
-
--- name: schema_applied_create
--- The record of which schema text each database last had applied (touches no other table).
-CREATE TABLE IF NOT EXISTS reliableq_schema (
-    name       text PRIMARY KEY,
-    sha256     text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
+-- name: migrations_create
+-- The record of the migrations applied to this database, one row each (`database`: 'queue' or 'charge',
+-- so that both schemas may share one database).
+CREATE TABLE IF NOT EXISTS reliableq_migrations (
+    database   text NOT NULL,
+    number     integer NOT NULL,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (database, number)
 );
 
--- name: schema_applied_read
--- The digest of the schema text last applied as `name`, if any.
-SELECT sha256 FROM reliableq_schema WHERE name = %(name)s;
+-- name: migrations_applied
+-- The numbers of the migrations of `database` applied here.
+SELECT number FROM reliableq_migrations WHERE database = %(database)s ORDER BY number;
 
--- name: schema_applied_write
--- Record that the schema text with this digest was applied as `name`.
-INSERT INTO reliableq_schema (name, sha256) VALUES (%(name)s, %(sha256)s)
-ON CONFLICT (name) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now();
+-- name: migration_record
+-- Record that migration `number` of `database` was applied (in the migration's own transaction).
+INSERT INTO reliableq_migrations (database, number, name) VALUES (%(database)s, %(number)s, %(name)s);

@@ -1,4 +1,4 @@
--- Named queries over the queue's tables (sql/queue_schema.sql), loaded by reliableq/sql.py.
+-- Named queries over the queue's tables (sql/migrations/queue/), loaded by reliableq/sql.py.
 -- Conventions: `%(now)s` is NULL in production and PostgreSQL's now() is used; tests may pass an
 -- explicit time through the same query. `%(fenced)s` is the fencing switch: when true, an update
 -- that changes ownership-sensitive state only applies for the current lease token.
@@ -302,8 +302,9 @@ SELECT set_config('statement_timeout', %(milliseconds)s, true);
 
 -- name: worker_idle
 -- This worker found nothing to claim: submissions notify again until `seconds` from now
--- (sql/queue_schema.sql, idle_workers). Returns whether its mark was live before this one: if not (a new
--- mark, or one that ran out), a submission may have found nobody idle, and the worker claims once more.
+-- (idle_workers in sql/migrations/queue/0001_schema.sql). Returns whether its mark was live before this
+-- one: if not (a new mark, or one that ran out), a submission may have found nobody idle, and the worker
+-- claims once more.
 -- Marks that ran out an hour ago (their workers were killed) are cleared on the way.
 WITH previous AS (
     SELECT until > clock_timestamp() AS live FROM idle_workers WHERE worker_id = %(worker_id)s

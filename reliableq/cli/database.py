@@ -1,12 +1,12 @@
 """`reliableq db` and `reliableq migrate`: where the database is, starting and stopping the embedded one,
-applying the schemas."""
+applying the schemas' pending migrations and saying which."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from reliableq import db
+from reliableq import db, sql
 from reliableq.cli.arguments import UsageError
 
 
@@ -27,9 +27,12 @@ def cmd_db(args: argparse.Namespace) -> int:
             raise db.DatabaseUnavailable(f"pg_ctl stop failed: {error}") from error
         print(f"stopped the embedded PostgreSQL in {data_dir}")
         return 0
+    if args.action == "migrate":
+        return cmd_migrate(args)
     databases = db.resolve()
     if args.action == "start":
-        db.migrate(databases)
+        for line in migration_lines(databases, db.migrate(databases), quiet_when_current=True):
+            print(line)
     print(f"server:           {'DATABASE_URL' if os.environ.get('DATABASE_URL') else db.embedded_data_dir()}")
     print(f"queue database:   {databases.queue_url}")
     print(f"charge database:  {databases.charge_url}")
@@ -38,6 +41,21 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     databases = db.resolve()
-    db.migrate(databases)
-    print(f"schemas applied to {db.database_name(databases.queue_url)} and {db.database_name(databases.charge_url)}")
+    for line in migration_lines(databases, db.migrate(databases)):
+        print(line)
     return 0
+
+
+def migration_lines(databases: db.Databases, applied: dict[str, list[sql.Migration]],
+                    quiet_when_current: bool = False) -> list[str]:
+    """A line per migration applied ("applied 0002_x to queue (reliableq)"), or, for a database that was
+    current already, one saying so ("queue (reliableq): up to date at 0002_x") unless `quiet_when_current`."""
+    urls = {"queue": databases.queue_url, "charge": databases.charge_url}
+    lines = []
+    for database, migrations in applied.items():
+        name = db.database_name(urls[database])
+        if migrations:
+            lines += [f"applied {migration.name} to {database} ({name})" for migration in migrations]
+        elif not quiet_when_current:
+            lines.append(f"{database} ({name}): up to date at {sql.migrations(database)[-1].name}")
+    return lines

@@ -53,11 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_logging_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("db", help="start or show the database (the embedded PostgreSQL unless DATABASE_URL is set)")
-    p.add_argument("action", choices=["start", "url", "stop"], nargs="?", default="url")
+    p = sub.add_parser("db", help="start, show or migrate the database (the embedded PostgreSQL unless DATABASE_URL "
+                                  "is set); migrate: apply the pending migrations and say which")
+    p.add_argument("action", choices=["start", "url", "stop", "migrate"], nargs="?", default="url")
     p.set_defaults(run=cmd_db)
 
-    p = sub.add_parser("migrate", help="create the databases and apply the schemas (idempotent)")
+    p = sub.add_parser("migrate", help="create the databases and apply their pending migrations, saying which "
+                                       "(the same as `reliableq db migrate`)")
     p.set_defaults(run=cmd_migrate)
 
     p = sub.add_parser("api", help="serve the HTTP API")

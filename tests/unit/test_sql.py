@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reliableq import sql
 
 
@@ -21,3 +23,28 @@ def test_the_labs_queries_are_apart_from_the_cores():
         core, lab = sql.queries(database), sql.queries(f"lab_{database}")
         assert lab and not set(core) & set(lab)
         assert all(text.strip() and not text.lstrip().startswith("--") for text in lab.values())
+
+
+def test_the_shipped_migrations_load_in_order():
+    """Each database's migrations are numbered 1, 2, ... and its schema is their text in that order."""
+    for database in ("queue", "charge"):
+        migrations = sql.migrations(database)
+        assert [m.number for m in migrations] == list(range(1, len(migrations) + 1))
+        assert migrations[0].name == "0001_schema"
+        schema = sql.schema(database)
+        assert all(m.text in schema for m in migrations)
+        assert [schema.index(m.text) for m in migrations] == sorted(schema.index(m.text) for m in migrations)
+
+
+def test_a_misnamed_or_missing_migration_is_refused(tmp_path):
+    """A file not named NNNN_<what>.sql, or a gap in the numbers, stops the loader instead of being
+    skipped; hidden files (an editor's) are passed over."""
+    (tmp_path / "0001_first.sql").write_text("SELECT 1;")
+    (tmp_path / ".0002_first.sql.swp").write_text("")
+    assert [m.name for m in sql.migrations_in(tmp_path)] == ["0001_first"]
+    (tmp_path / "0003_third.sql").write_text("SELECT 3;")
+    with pytest.raises(ValueError, match="without a gap"):
+        sql.migrations_in(tmp_path)
+    (tmp_path / "0003_third.sql").rename(tmp_path / "2_second.sql")
+    with pytest.raises(ValueError, match="2_second.sql is not named NNNN_<what>.sql"):
+        sql.migrations_in(tmp_path)
