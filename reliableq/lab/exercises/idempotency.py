@@ -53,7 +53,7 @@ HEADER = """-- Exercise 06, idempotency. Make the charge service create one char
 --
 -- Parameters: %(idempotency_key)s (NULL when the caller sends no key), %(job_id)s, %(amount_cents)s,
 -- %(currency)s, %(payload_sha256)s (a digest of the request's body). The table is in
--- sql/charge_schema.sql: charges.idempotency_key is UNIQUE. Where a line is marked ✎, write your part;
+-- sql/migrations/charge/0001_schema.sql: charges.idempotency_key is UNIQUE. Where a line is marked ✎, write your part;
 -- keep each `-- name:` line, and the `logged` step (it records the request, so H can be counted).
 --
 -- Check it with:  reliableq exercise check idempotency
