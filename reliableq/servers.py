@@ -16,6 +16,15 @@ import uvicorn
 STARTUP_TIMEOUT_SECONDS = 30.0
 
 
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the OS picks it). Another process may take it before the
+    caller binds it: use it for a child process's --port, or as a port nothing listens on; an app
+    served in this process should bind port 0 instead (`LoopbackServer`)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def bind_listener(host: str, port: int) -> socket.socket:
     """A bound TCP socket for uvicorn to serve on (OSError when the address is taken).
 

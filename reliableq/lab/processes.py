@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import httpx
 
 from reliableq.db import Databases
 from reliableq.lab.waiting import wait_until
+from reliableq.servers import free_port
 
 READY_TIMEOUT_SECONDS = 30.0
 
@@ -106,13 +106,6 @@ async def wait_running(worker: CliProcess, timeout: float) -> None:
         status = worker.status()
         return status is not None and status["state"] == "running"
     await wait_until(running, timeout, f"{worker.name} to run")
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def spawn_server(databases: Databases, command: str, *extra: str, log_path: Path | None = None,

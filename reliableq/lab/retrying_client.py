@@ -25,8 +25,9 @@ import httpx
 from reliableq import scratch
 from reliableq.db import Databases
 from reliableq.lab.ledger import read_rows
-from reliableq.lab.processes import CliProcess, free_port, spawn_server, stop, wait_exit
+from reliableq.lab.processes import CliProcess, spawn_server, stop, wait_exit
 from reliableq.lab.waiting import wait_until
+from reliableq.servers import free_port
 
 # A client's pause between tries of one request: long enough not to spin while the API restarts.
 RETRY_PAUSE_SECONDS = 0.05

@@ -22,8 +22,9 @@ from pathlib import Path
 import httpx
 
 from reliableq.lab.places import WORKSPACE_VARIABLE
-from reliableq.lab.processes import CliProcess, free_port, stop
+from reliableq.lab.processes import CliProcess, stop
 from reliableq.lab.waiting import wait_until
+from reliableq.servers import free_port
 
 # The first start of the embedded PostgreSQL and the schema migration come before JupyterLab listens.
 READY_TIMEOUT_SECONDS = 90.0

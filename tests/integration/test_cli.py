@@ -22,10 +22,9 @@ import pytest
 from reliableq import db
 from reliableq.api import create_api_app
 from reliableq.cli.main import main
-from reliableq.lab.processes import free_port
 from reliableq.lab.scenario import LINE_WIDTH
 from reliableq.lab.waiting import wait_until
-from reliableq.servers import LoopbackServer
+from reliableq.servers import LoopbackServer, free_port
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing"
 

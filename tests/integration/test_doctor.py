@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from reliableq.lab.processes import free_port
+from reliableq.servers import free_port
 from tests.integration.test_cli import reliableq
 
 CHECKS = ["Python", "install", "database", "stage", "JupyterLab", "memory", "disk"]

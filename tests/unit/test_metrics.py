@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reliableq.cli.main import main
 from reliableq.handlers import HandlerRegistry
-from reliableq.lab.processes import free_port
 from reliableq.metrics import WorkerMetrics, serve_worker_metrics
 from reliableq.queue import Queue
+from reliableq.servers import free_port
 from reliableq.worker import Worker, WorkerStats
 
 pytestmark = pytest.mark.anyio
