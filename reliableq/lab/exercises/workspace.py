@@ -18,7 +18,6 @@ from reliableq.lab.places import workspace_folder
 
 PROGRESS = "progress.json"
 COPIED = "notebooks.json"  # each notebook copied in: the digest of the shipped version it was copied from
-STATES = ("todo", "failing", "passed")
 
 
 class Workspace:
