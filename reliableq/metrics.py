@@ -62,7 +62,7 @@ class MeteredStats(WorkerStats):
         object.__setattr__(self, "_histograms", {
             "claim_seconds_total": histogram("reliableq_worker_claim_seconds",
                                              "Seconds per claim transaction, empty claims included"),
-            "charge_seconds_total": histogram("reliableq_worker_handler_seconds", "Seconds per handler run"),
+            "handler_seconds_total": histogram("reliableq_worker_handler_seconds", "Seconds per handler run"),
             "finalize_seconds_total": histogram("reliableq_worker_finalize_seconds",
                                                 "Seconds per finalize (succeed, retry or dead), lost ones included"),
         })

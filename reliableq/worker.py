@@ -58,8 +58,8 @@ class WorkerStats:
     # a sum and a count each, cheap enough to keep in production.
     claim_calls: int = 0  # claim transactions, empty ones included
     claim_seconds_total: float = 0.0
-    charge_calls: int = 0
-    charge_seconds_total: float = 0.0
+    handler_calls: int = 0  # handler runs, whatever the kind (a charge's HTTP call included)
+    handler_seconds_total: float = 0.0
     finalize_calls: int = 0  # succeed/retry/dead updates, lost ones included
     success_commits: int = 0  # commits of grouped successes (several jobs each under load)
     finalize_seconds_total: float = 0.0
@@ -252,9 +252,8 @@ class Worker:
         except Exception as error:  # an answer nobody foresaw: the effect may exist, so retry with the key
             return Outcome("ambiguous", f"handler failed: {type(error).__name__}")
         finally:
-            # Named charge_* because the bench report and the notebooks read them; they time any handler.
-            self.stats.charge_calls += 1
-            self.stats.charge_seconds_total += time.perf_counter() - started
+            self.stats.handler_calls += 1
+            self.stats.handler_seconds_total += time.perf_counter() - started
 
     async def _succeed_group(self, jobs: list[Job]) -> list[bool]:
         self.stats.success_commits += 1

@@ -507,5 +507,5 @@ async def test_worker_counts_its_claims_charges_and_finalizes(databases):
         system.start_worker(worker)
         await system.wait_settled(timeout=20)
         (stats,) = await system.stop_workers()
-    assert (stats.charge_calls, stats.finalize_calls, stats.succeeded) == (3, 3, 3)
-    assert stats.claim_calls >= 1 and stats.charge_seconds_total > 0 and stats.finalize_seconds_total > 0
+    assert (stats.handler_calls, stats.finalize_calls, stats.succeeded) == (3, 3, 3)
+    assert stats.claim_calls >= 1 and stats.handler_seconds_total > 0 and stats.finalize_seconds_total > 0

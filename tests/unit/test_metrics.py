@@ -42,8 +42,8 @@ def test_metered_stats_observe_what_the_worker_adds_and_nothing_at_creation():
     0.0 is none; counters are plain stats; the status report holds only WorkerStats' fields."""
     metrics = WorkerMetrics()
     stats = metrics.stats
-    stats.charge_seconds_total += 0.003
-    stats.charge_seconds_total += 0.2
+    stats.handler_seconds_total += 0.003
+    stats.handler_seconds_total += 0.2
     stats.finalize_seconds_total += 0.0015
     stats.claimed += 2
     scraped = samples(_text(metrics))
