@@ -32,6 +32,7 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
@@ -226,6 +227,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             await pool.close()
 
     app = FastAPI(title="ReliableQ API", lifespan=lifespan)
+    app.router.route_class = _SpelledOutPathsFirst
 
     @app.exception_handler(_Refused)
     async def refuse(request: Request, refused: _Refused) -> JSONResponse:
@@ -267,7 +269,6 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     token = contract.REFUSED_TOKEN if api_token else {}
     metrics = app.state.metrics = ApiMetrics()  # this app's own registry: apps side by side never collide
-    kind_names = sorted(kinds)
 
     def queue(request: Request) -> Queue:
         return request.app.state.queue
@@ -324,7 +325,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.post("/v1/jobs", status_code=202, response_model=None,
               responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
-              openapi_extra=contract.single_job_body(kind_names))
+              openapi_extra=contract.single_job_body(kinds))
     async def submit_job(request: Request) -> JSONResponse:
         submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
         submission = _with_header_key(submission, request.headers.get("Idempotency-Key"))
@@ -339,7 +340,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @app.post("/v1/jobs/batch", status_code=202, response_model=None,
               responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
-              openapi_extra=contract.batch_body(kind_names))
+              openapi_extra=contract.batch_body(kinds))
     async def submit_batch(request: Request) -> JSONResponse:
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
         if "Idempotency-Key" in request.headers:  # ignored, it would leave a retrying client unprotected
@@ -453,8 +454,21 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             log.warning("%s: jobs not counted: %s: %s", route, type(error).__name__, " ".join(str(error).split()))
             return None
 
-    app.openapi = partial(contract.document, app)
+    app.openapi = partial(contract.document, app, kinds)
     return app
+
+
+class _SpelledOutPathsFirst(APIRoute):
+    """A route whose template fits a path another route spells out leaves that path to it, as OpenAPI
+    matches paths: GET /v1/jobs/batch is a method the batch path lacks (405), not a job id (400)."""
+
+    def matches(self, scope: dict[str, Any]) -> tuple[Match, dict[str, Any]]:
+        match, child_scope = super().matches(scope)
+        if match is not Match.NONE and self.param_convertors and any(
+                not getattr(route, "param_convertors", True) and route.matches(scope)[0] is not Match.NONE
+                for route in scope["app"].router.routes):
+            return Match.NONE, {}
+        return match, child_scope
 
 
 def _methods_at(app: FastAPI, scope: dict[str, Any]) -> set[str]:

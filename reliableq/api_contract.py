@@ -8,13 +8,23 @@ Not a guarantee on its own: tests/api/test_contract.py fuzzes the live API again
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
 from pydantic import BaseModel
 
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES
-from reliableq.payload import DEFAULT_KIND, MAX_ATTEMPTS_LIMIT, MAX_SUBMISSION_KEY_CHARS
+from reliableq.payload import (
+    DEFAULT_KIND,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_SUBMISSION_KEY_CHARS,
+    STORABLE_TEXT_PATTERN,
+    Validator,
+    payload_schema,
+)
+from reliableq.position import CURSOR_CHARS, CURSOR_PATTERN
 from reliableq.queue import STATUSES, Job
 
 MAX_LIST_LIMIT = 1000
@@ -26,8 +36,9 @@ StatusQuery = Annotated[str | None, Query(json_schema_extra={"enum": list(STATUS
                                           description="any case; another value: 400")]
 LimitQuery = Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT},
                                   description="outside the range: 400")]
-CursorQuery = Annotated[str | None, Query(description="the `next` of the previous page, as given; "
-                                                    "absent: the first page; one no page gave: 400")]
+CursorQuery = Annotated[str | None, Query(
+    json_schema_extra={"pattern": CURSOR_PATTERN, "minLength": CURSOR_CHARS, "maxLength": CURSOR_CHARS},
+    description="the `next` of the previous page, as given; absent: the first page; another shape: 400")]
 BudgetQuery = Annotated[int, Query(json_schema_extra={"minimum": 1, "maximum": MAX_REPLAY_BUDGET},
                                    description="fresh attempts the replayed job gets; outside the range: 400")]
 JobIdPath = Annotated[str, Path(json_schema_extra={"format": "uuid"}, description="not a UUID: 400")]
@@ -82,19 +93,54 @@ SUBMISSION_KEY = {"type": "string", "minLength": 1, "maxLength": MAX_SUBMISSION_
                                  "the number of retries (another body: 409); held for the API's window"}
 
 
-def submission_schema(kinds: list[str]) -> dict[str, Any]:
-    """One job as `POST /v1/jobs` takes it: the queue's envelope; the rest is the kind's payload, checked
-    by that kind's validator (a charge: amount_cents, currency, description)."""
-    return {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "enum": kinds, "default": DEFAULT_KIND},
-            "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
-            "submission_key": SUBMISSION_KEY,
-        },
-        "additionalProperties": True,
-        "example": {"kind": DEFAULT_KIND, "amount_cents": 1250, "currency": "USD"},
+# Any JSON value PostgreSQL's jsonb stores (reliableq/payload.py's `storable`): text without NUL, keys too.
+STORABLE_VALUE = {"anyOf": [
+    {"type": "string", "pattern": STORABLE_TEXT_PATTERN}, {"type": ["number", "boolean", "null"]},
+    {"type": "array", "items": {"$ref": "#/components/schemas/StorableValue"}},
+    {"type": "object", "propertyNames": {"pattern": STORABLE_TEXT_PATTERN},
+     "additionalProperties": {"$ref": "#/components/schemas/StorableValue"}}]}
+# A kind whose check documents nothing: any object the database stores.
+ANY_PAYLOAD = {"type": "object", "propertyNames": {"pattern": STORABLE_TEXT_PATTERN},
+               "additionalProperties": {"$ref": "#/components/schemas/StorableValue"}}
+
+
+def kind_schema_name(kind: str) -> str:
+    """The component naming one kind's submission: `charge` -> ChargeSubmission."""
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", kind)) + "Submission"
+
+
+def kind_schema(kind: str, check: Validator) -> dict[str, Any]:
+    """One kind's submission: the queue's envelope and the payload fields its check documents (any
+    storable object when it documents none). `kind` may be left out for the default kind only."""
+    payload = payload_schema(check) or ANY_PAYLOAD
+    kind_field: dict[str, Any] = {"type": "string", "enum": [kind]}
+    if kind == DEFAULT_KIND:
+        kind_field["default"] = kind
+    return payload | {
+        "title": kind_schema_name(kind),
+        "properties": {"kind": kind_field, "max_attempts": {"type": "integer", "minimum": 1,
+                                                            "maximum": MAX_ATTEMPTS_LIMIT},
+                       "submission_key": SUBMISSION_KEY} | payload.get("properties", {}),
+        "required": ([] if kind == DEFAULT_KIND else ["kind"]) + payload.get("required", []),
     }
+
+
+def kind_components(kinds: Mapping[str, Validator]) -> dict[str, Any]:
+    """The document's components for `kinds`: a submission schema per kind."""
+    return {kind_schema_name(kind): kind_schema(kind, check) for kind, check in kinds.items()} | {
+        "StorableValue": STORABLE_VALUE}
+
+
+def submission_schema(kinds: Mapping[str, Validator]) -> dict[str, Any]:
+    """One job as `POST /v1/jobs` takes it: one of the kinds' submissions, told apart by `kind` (left
+    out: the default kind, when the API has it)."""
+    refs = {kind: f"#/components/schemas/{kind_schema_name(kind)}" for kind in sorted(kinds)}
+    example = ({"kind": DEFAULT_KIND, "amount_cents": 1250, "currency": "USD"} if DEFAULT_KIND in kinds
+               else {"kind": min(kinds)})
+    return {"oneOf": [{"$ref": ref} for ref in refs.values()],
+            "discriminator": {"propertyName": "kind", "mapping": refs},
+            "description": f"`kind` picks the payload's schema; left out, it is {DEFAULT_KIND}",
+            "example": example}
 
 
 def request_body(schema: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -103,13 +149,13 @@ def request_body(schema: dict[str, Any], limit: int) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}}}
 
 
-def single_job_body(kinds: list[str]) -> dict[str, Any]:
+def single_job_body(kinds: Mapping[str, Validator]) -> dict[str, Any]:
     key_header = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": SUBMISSION_KEY,
                   "description": "send it with every retry of one request (or as the body's submission_key)"}
     return request_body(submission_schema(kinds), MAX_PAYLOAD_BYTES) | {"parameters": [key_header]}
 
 
-def batch_body(kinds: list[str]) -> dict[str, Any]:
+def batch_body(kinds: Mapping[str, Validator]) -> dict[str, Any]:
     batch = {"type": "object", "required": ["jobs"], "additionalProperties": False,
              "properties": {"jobs": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_JOBS,
                                      "items": submission_schema(kinds)}}}
@@ -133,10 +179,12 @@ METRICS = {200: {"description": "the API's metrics in Prometheus' text expositio
                  "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
-def document(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document for `app`, less the 422 it lists on every route with a parameter: where a route
-    can answer 422 it says so itself; elsewhere (a text path parameter) it never does."""
+def document(app: FastAPI, kinds: Mapping[str, Validator]) -> dict[str, Any]:
+    """FastAPI's document for `app`, with the submission schema of each of `kinds`, less the 422 it lists
+    on every route with a parameter: where a route can answer 422 it says so itself; elsewhere (a text
+    path parameter) it never does."""
     schema = FastAPI.openapi(app)  # built once and cached by FastAPI; what follows is idempotent
+    schema["components"]["schemas"].update(kind_components(kinds))
     for operations in schema["paths"].values():
         for operation in operations.values():
             if "HTTPValidationError" in str(operation["responses"].get("422")):

@@ -29,6 +29,23 @@ _SUBMISSION_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_SUBMISSION_KEY_CHARS}}}")
 # A kind's payload check: returns the payload to store (defaults filled in), or raises ValueError with a
 # message for the client.
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
+# Text PostgreSQL stores (storable_text), as a JSON Schema pattern: no NUL. Lone surrogates cannot be
+# written in a JSON body as UTF-8, so only NUL is left to say.
+STORABLE_TEXT_PATTERN = "^[^\\x00]*$"
+
+
+def documented(schema: dict[str, Any]) -> Callable[[Validator], Validator]:
+    """Mark a payload check with the JSON Schema of the payload fields it takes, exactly (the API's
+    document shows it for the check's kind, beside the envelope's fields): `@documented({...})`."""
+    def mark(check: Validator) -> Validator:
+        check.payload_schema = schema  # type: ignore[attr-defined]
+        return check
+    return mark
+
+
+def payload_schema(check: Validator) -> dict[str, Any] | None:
+    """The schema `check` was documented with; None for a check that says nothing of its payload."""
+    return getattr(check, "payload_schema", None)
 
 
 class InvalidSubmission(ValueError):
@@ -62,7 +79,10 @@ def submission_key(value: Any, name: str) -> str:
 
 
 def positive_int(value: Any, name: str, limit: int) -> int:
-    """`value` if it is an integer in 1..limit; InvalidSubmission naming `name` otherwise."""
+    """`value` if it is an integer in 1..limit; InvalidSubmission naming `name` otherwise. JSON has one
+    kind of number: 12.0 is the integer 12 (as JSON Schema's `integer` says), 12.5 is not."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     # bool is an int in Python, but `true` is not a count.
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSubmission(f"{name} must be an integer, got {type(value).__name__}")

@@ -11,14 +11,27 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from reliableq.payload import InvalidSubmission, positive_int, storable_text
+from reliableq.payload import STORABLE_TEXT_PATTERN, InvalidSubmission, documented, positive_int, storable_text
 
 MAX_AMOUNT_CENTS = 10**12  # fits a bigint with room; larger is a typo, not a charge
 MAX_DESCRIPTION_CHARS = 200
 CHARGE_FIELDS = ("amount_cents", "currency", "description")
 _CURRENCY = re.compile(r"[A-Z]{3}")
+# check_charge's rules as the API's document states them. Lengths beside each pattern: Python's `$` also
+# matches before a trailing newline, which the check refuses.
+CHARGE_PAYLOAD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "amount_cents": {"type": "integer", "minimum": 1, "maximum": MAX_AMOUNT_CENTS},
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$", "minLength": 3, "maxLength": 3, "default": "USD"},
+        "description": {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS, "pattern": STORABLE_TEXT_PATTERN},
+    },
+    "required": ["amount_cents"],
+    "additionalProperties": False,
+}
 
 
+@documented(CHARGE_PAYLOAD_SCHEMA)
 def check_charge(fields: dict[str, Any]) -> dict[str, Any]:
     """The charge payload to store for `fields`, defaults filled in; InvalidSubmission otherwise."""
     unknown = sorted(set(fields) - set(CHARGE_FIELDS))

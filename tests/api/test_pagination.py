@@ -138,8 +138,11 @@ def _cursor_of(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode()
 
 
+# The old base64 cursors, and texts a digit, a hex digit or a newline off a cursor's shape (16 digits, ".",
+# 32 lowercase hex digits).
 BAD_CURSORS = ["", "not a cursor", "%%%", _cursor_of("foo/bar"), _cursor_of(f"2026-01-01T00:00:00/{uuid.UUID(int=0)}"),
-               _cursor_of(f"2026-01-01T00:00:00+00:00/{uuid.UUID(int=0)}/more")]
+               _cursor_of(f"2026-01-01T00:00:00+00:00/{uuid.UUID(int=0)}/more"), "1" * 15 + "." + "a" * 32,
+               "1" * 16 + "." + "A" * 32, "1" * 16 + "." + "a" * 31, "1" * 16 + "." + "a" * 32 + "\n"]
 
 
 async def test_a_cursor_no_page_gave_out_is_400_with_one_line(api):
