@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from reliableq.cli.arguments import UsageError
@@ -58,7 +59,10 @@ def cmd_exercise(args: argparse.Namespace) -> int:
         if workspace.state(exercise) != "passed" and not args.give_up:
             raise UsageError(f"the solution shows after a pass; to see it now: "
                              f"reliableq exercise solution {exercise.name} --give-up")
-        print(exercise.reference.rstrip() + "\n\nWhy it works: " + exercise.why)
+        # As comments of the file's language: the whole output pasted into the file still checks.
+        comment = "--" if exercise.filename.endswith(".sql") else "#"
+        why = textwrap.wrap("Why it works: " + exercise.why, 100)
+        print(exercise.reference.rstrip() + "\n\n" + "\n".join(f"{comment} {line}" for line in why))
         return 0
     text = workspace.read(exercise)
     if text is None:

@@ -89,7 +89,20 @@ def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path
     assert main(["exercise", "solution", "backoff", *ws]) == 2
     assert "--give-up" in capsys.readouterr().err
     assert main(["exercise", "solution", "backoff", "--give-up", *ws]) == 0
-    assert "Why it works:" in capsys.readouterr().out
+    assert "# Why it works:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["backoff", "fencing"])
+def test_the_printed_solution_pasted_whole_into_the_file_is_the_reference_and_comments(name, tmp_path, capsys):
+    """A learner who gives up and pastes everything printed gets a file that loads: the why is comments."""
+    assert main(["exercise", "solution", name, "--give-up", "--workspace", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    exercise = EXERCISES[name]
+    comment = "#" if exercise.filename.endswith(".py") else "--"
+    assert printed.startswith(exercise.reference.rstrip() + "\n\n")
+    assert all(line.startswith(f"{comment} ") for line in printed.removeprefix(exercise.reference.rstrip())
+               .strip().splitlines())
+    exercise.load(printed)  # no error: what was printed loads as the learner's file would
 
 
 @pytest.mark.parametrize("argv, said", [
