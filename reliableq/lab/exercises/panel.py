@@ -105,6 +105,7 @@ class ExercisePanel(RunPanel):
                 f"{self.pictured_button()}")
 
     async def work(self) -> CheckResult:
+        self.message.value = ""  # a hint or reset said before this check is about the file as it was then
         text = self.workspace.read(self.exercise)
         if text is None:
             raise FileNotFoundError(f"{self.path.as_posix()} is not there: press Reset to write the starter")
@@ -126,6 +127,10 @@ class ExercisePanel(RunPanel):
         # One verdict: the stage's run is shown when it is the verdict's evidence (the check passed, or the
         # run itself broke the guarantee), never a run that held beside a check failed elsewhere.
         if result.run is not None and (result.outcome is Outcome.PASSED or result.run.breaches()):
+            if result.outcome is Outcome.PASSED and result.run.breaches():
+                # Beside a pass, "the guarantee broke" must read as what it is: a later stage's to fix.
+                self.output.append_stdout("Your code in the stage's run, as the check saw it. What broke there "
+                                          "is left to a later stage, as the run says:\n")
             append_views(self.output, result.run)
 
 
