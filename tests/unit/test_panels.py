@@ -150,6 +150,15 @@ def test_the_lab_keeps_widget_messages_off_kernel_subshells_by_default():
     assert value == "disabled" and value in [choice["const"] for choice in setting["oneOf"]]
 
 
+def test_the_lab_asks_no_learner_about_jupyter_news():
+    """A fresh JupyterLab asks, over every page's bottom right, whether to fetch news: never, in a workshop."""
+    share = Path(sys.prefix) / "share" / "jupyter" / "lab"
+    overrides = json.loads((share / "settings" / "overrides.d" / "reliableq.json").read_text())
+    schema = json.loads((share / "schemas/@jupyterlab/apputils-extension/notification.json").read_text())
+    value = overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"]
+    assert value == "false" and value in [choice["const"] for choice in schema["properties"]["fetchNews"]["oneOf"]]
+
+
 # -- SelfCheck: the results of the runs it asks about, held until it is answered --
 
 PREDICTION = Prediction("How many charges?", ["1", "2"], "2", "The retry sent no key.")
