@@ -8,7 +8,7 @@ import json
 import pytest
 
 from reliableq.cli.main import main
-from reliableq.lab.exercises import EXERCISES, backoff
+from reliableq.lab.exercises import EXERCISES, backoff, leases, skip_locked
 from reliableq.lab.exercises.workspace import Workspace
 
 EXERCISE = backoff.EXERCISE
@@ -57,7 +57,7 @@ def test_a_hint_first_says_where_the_learners_file_stands(tmp_path):
     workspace = Workspace(tmp_path)
     assert workspace.next_hint(EXERCISE).startswith("You have no backoff.py yet")
     path, _ = workspace.start(EXERCISE)
-    assert workspace.next_hint(EXERCISE).startswith("Your file is still the starter as shipped.\nHint ")
+    assert workspace.next_hint(EXERCISE).startswith("Your file is still the starter.\nHint ")
     path.write_text("my try")
     workspace.record_check(EXERCISE, "my try", False, ["  step 1/3", "✗ Broken: a delay above the cap", "  x"])
     assert workspace.next_hint(EXERCISE).startswith(
@@ -85,7 +85,7 @@ def test_the_cli_lists_starts_hints_and_keeps_the_solution_until_a_pass(tmp_path
     assert (tmp_path / "backoff.py").read_text() == EXERCISE.starter
     assert main(["exercise", "hint", "backoff", *ws]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == [
-        "Your file is still the starter as shipped.", f"Hint 1 of {len(EXERCISE.hints)}: {EXERCISE.hints[0]}"]
+        "Your file is still the starter.", f"Hint 1 of {len(EXERCISE.hints)}: {EXERCISE.hints[0]}"]
     assert main(["exercise", "solution", "backoff", *ws]) == 2
     assert "--give-up" in capsys.readouterr().err
     assert main(["exercise", "solution", "backoff", "--give-up", *ws]) == 0
@@ -165,3 +165,22 @@ def test_the_clones_notebooks_are_copied_once_and_a_changed_one_replaced_only_wh
     (backup,) = (workspace.folder / "backups").iterdir()
     assert backup.read_text() == "my notes"
     assert (workspace.folder / ".gitignore").read_text() == "*\n"
+
+
+def test_leases_starts_from_the_learners_own_passed_claim_of_skip_locked(tmp_path):
+    """04's file holds 03's claim: once 03 passed, it starts from the learner's own lock, not the reference's;
+    before that, or from a claim whose lease lines were rewritten, from the shipped starter."""
+    assert leases.starter_on(skip_locked.REFERENCE) == leases.STARTER
+    own = skip_locked.REFERENCE.replace("FOR UPDATE SKIP LOCKED", "FOR NO KEY UPDATE SKIP LOCKED")
+    workspace = Workspace(tmp_path)
+    (tmp_path / skip_locked.FILENAME).write_text(own)
+    workspace.record(skip_locked.EXERCISE, state="failing")
+    assert workspace.starter(leases.EXERCISE) == leases.STARTER  # not passed: nothing of theirs is taken
+    workspace.record(skip_locked.EXERCISE, state="passed")
+    path, _ = workspace.start(leases.EXERCISE)
+    started = path.read_text()
+    assert "FOR NO KEY UPDATE SKIP LOCKED" in started and leases.RECLAIM_MARK in started
+    assert started == leases.STARTER.replace("FOR UPDATE SKIP LOCKED", "FOR NO KEY UPDATE SKIP LOCKED")
+    assert workspace.next_hint(leases.EXERCISE).startswith("Your file is still the starter.")
+    (tmp_path / skip_locked.FILENAME).write_text(own.replace("%(reclaim_expired)s", "false"))
+    assert workspace.starter(leases.EXERCISE) == leases.STARTER

@@ -34,6 +34,10 @@ class Exercise:
     # break each class of mistake (SQL forced one step at a time, as PostgreSQL's isolation tester does; a
     # policy over its whole range), each Check naming the mistake it shows.
     direct: Callable[[Pieces, int], Awaitable[list[Check]]] | None = None
+    # An exercise whose file holds an earlier one's answer: (that exercise's name, its file, the starter made
+    # from the learner's file once it passed, or None if it cannot be). The learner then goes on from their
+    # own code, not the reference's.
+    builds_on: tuple[str, str, Callable[[str], str | None]] | None = None
 
 
 # The exercises whose piece runs whatever the stage's switches say: the four owner updates run wherever a

@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 
 from reliableq.config import Mechanisms
-from reliableq.lab.exercises import learner_code, schedules
+from reliableq.lab.exercises import learner_code, schedules, skip_locked
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import load_queries
 from reliableq.lab.exercises.skip_locked import QUERY, TRY_PARAMS, claim_file, shipped, try_claim
@@ -37,8 +37,8 @@ HEADER = """-- Exercise 04, leases. Make a claim a lease: it expires, and an exp
 --   2. count as due a RUNNING job whose lease has expired, and only then: a job under a live lease is
 --      another worker's work in progress. Write it in place of FALSE. The line after it is given: once
 --      stage 08 (dead) is on, a job whose attempts are spent is not claimed again. Keep it.
--- `expired` already closes the claim you take over. The lock (`FOR UPDATE SKIP LOCKED`) is exercise 03's
--- answer (do 03 first if you have not): keep it.
+-- `expired` already closes the claim you take over. The lock is exercise 03's (your own answer, if you
+-- passed 03 before starting this one): keep it.
 --
 -- Parameters you can use: %(now)s (NULL, except when a test moves the clock: write
 -- coalesce(%(now)s::timestamptz, now()) where you mean "now"), %(lease_seconds)s, %(enforce_budget)s.
@@ -66,6 +66,18 @@ def _without_leases(text: str) -> str:
 
 STARTER = claim_file(HEADER, _without_leases(shipped()))
 REFERENCE = claim_file(HEADER, _with_leases(shipped()))
+
+
+def starter_on(skip_locked_file: str) -> str | None:
+    """The starter made from the learner's own claim of exercise 03 (their lock, the lease left out), or None
+    when their file no longer holds the claim's reclaim and expiry lines as shipped."""
+    try:
+        claim = load_queries(skip_locked_file, skip_locked.FILENAME, (QUERY,))[QUERY]
+    except learner_code.LearnerError:
+        return None
+    if not (_RECLAIM.search(claim) and _EXPIRY.search(claim)):
+        return None
+    return claim_file(HEADER, _without_leases(claim))
 
 WHY = ("The claim writes `lease_expires_at = now() + lease_seconds` on PostgreSQL's clock, the one clock every "
        "worker shares (a worker's own clock may be off, or frozen while it is paused). A live worker renews "
@@ -147,4 +159,4 @@ async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
 EXERCISE = Exercise(name="leases", stage_number=4, filename=FILENAME,
                     summary="the claim's lease: an expiry on PostgreSQL's clock, and expired leases due (SQL)",
                     starter=STARTER, reference=REFERENCE, why=WHY, hints=HINTS, load=load, scenario=scenario,
-                    direct=direct)
+                    direct=direct, builds_on=("skip-locked", skip_locked.FILENAME, starter_on))

@@ -35,13 +35,23 @@ class Workspace:
 
     # -- files ---------------------------------------------------------------------------------
 
+    def starter(self, exercise: Exercise) -> str:
+        """This learner's starter: made from their own passed answer where the exercise builds on an earlier
+        one, else the shipped starter."""
+        if exercise.builds_on is not None:
+            earlier, filename, make = exercise.builds_on
+            answer = self.folder / filename
+            if self.progress().get(earlier, {}).get("state") == "passed" and answer.exists():
+                return make(answer.read_text()) or exercise.starter
+        return exercise.starter
+
     def start(self, exercise: Exercise) -> tuple[Path, bool]:
         """Write the starter unless the learner's file is already there; (its path, whether written)."""
         path = self.path(exercise)
         if path.exists():
             return path, False
         self.ready()
-        path.write_text(exercise.starter)
+        path.write_text(self.starter(exercise))
         return path, True
 
     def reset(self, exercise: Exercise) -> tuple[Path, Path | None]:
@@ -49,7 +59,7 @@ class Workspace:
         path = self.path(exercise)
         backup = self.back_up(path) if path.exists() else None
         self.ready()
-        path.write_text(exercise.starter)
+        path.write_text(self.starter(exercise))
         return path, backup
 
     def back_up(self, path: Path) -> Path:
@@ -102,8 +112,8 @@ class Workspace:
         text = self.read(exercise)
         if text is None:
             yours = f"You have no {exercise.filename} yet (Reset, or `reliableq exercise start {exercise.name}`)."
-        elif text == exercise.starter:
-            yours = "Your file is still the starter as shipped."
+        elif text in (exercise.starter, self.starter(exercise)):
+            yours = "Your file is still the starter."
         elif record.get("checked") != _digest(text):
             yours = "Your file changed since its last check: Check it to see where it stands now."
         elif record.get("state") == "passed":
