@@ -4,11 +4,22 @@ were once squeezed into the first 0.05 s); with leases on, every attempt ends an
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import pytest
+
 import stages
 from reliableq.config import Mechanisms
 from reliableq.lab import notebook as nb
 from reliableq.lab.chaos import ChaosConfig, run_chaos
 from reliableq.lab.scenario import ScenarioParams
+
+
+@pytest.fixture(autouse=True)
+def _figures_closed():
+    """The charts drawn here are closed after each test: a figure left open is drawn by the next notebook
+    cell or counted by another test."""
+    yield
+    plt.close("all")
 
 
 def _texts(figure) -> list[str]:
