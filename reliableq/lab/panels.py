@@ -53,7 +53,12 @@ _KERNEL_GONE_NOTICE = (
     f"<style>{_GONE}{{display:none;color:#b00}}"
     f".jupyter-widgets-disconnected {_GONE},"
     f'.jp-NotebookPanel:has(.jp-Notebook-ExecutionIndicator:is([data-status="unknown"],[data-status="dead"])) '
-    f"{_GONE}{{display:block}}</style>"
+    f"{_GONE}{{display:block}}"
+    # A panel's text wraps at spaces: JupyterLab's outputs break anywhere ("RUNNING -> SUCC" / "EEDED").
+    ".widget-output pre{word-break:normal;overflow-wrap:break-word}"
+    # A reopened notebook's widgets are drawn from their saved state, each marked with a red broken link: the
+    # notice above says what to do once, instead of a mark on every checkbox that reads as breakage.
+    ".jupyter-widgets-disconnected::before{display:none}</style>"
     f'<div class="{_GONE[1:]}">⚠ {html.escape(KERNEL_GONE)}</div>')
 
 

@@ -122,6 +122,7 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     expect(panel).to_contain_text("◷ running stage fencing with", timeout=30_000)
     expect(panel).to_contain_text("done in", timeout=60_000)
     expect(result).to_contain_text("The guarantee broke")
+    expect(result.locator("pre").first).to_have_css("word-break", "normal")  # wrapped at spaces, not mid-word
     fencing.check()
     panel.get_by_role("checkbox", name="idempotency", exact=True).check()
     run.click()
@@ -146,6 +147,10 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
     expect(reopened.code_cell("off = await stage.scenario(False")).to_contain_text("The guarantee broke")
     expect(reopened.code_cell("SelfCheck(")).to_contain_text("Not quite: the answer is 2")
     expect(reopened.panel).not_to_contain_text("Error displaying widget")
+    # Drawn from the saved state, the widgets carry no broken-link mark each: the panel's notice speaks once.
+    disconnected = reopened.panel.locator(".jupyter-widgets-disconnected").first
+    expect(disconnected).to_be_attached(timeout=30_000)
+    assert disconnected.evaluate("e => getComputedStyle(e, '::before').display") == "none"
 
 
 @pytest.mark.timeout(300)
