@@ -1,10 +1,8 @@
 """The HTTP API clients submit jobs through, and operators inspect and replay them with.
 
-With commit_before_ack on (the real system), `POST /v1/jobs` answers 202 only after the insert has
-committed: an acknowledged job survives any crash that follows. With it off, the 202 goes out first
-and the insert runs after the response, so a crash in between loses an acknowledged job. Each order is
-one small function, `accept(store, acknowledge)` (a `SubmissionOrder`); the lab's exercise runs a
-learner's own in its place.
+`POST /v1/jobs` answers 202 in the order commit_before_ack says: only after the insert has committed
+(the real system), or before it (the naive order, where a crash in between loses an acknowledged job).
+reliableq/acknowledgement.py holds both orders and runs them; this module maps what they end in to HTTP.
 `POST /v1/jobs/batch` does the same for up to MAX_BATCH_JOBS jobs stored by one statement: all of them
 or none. A submission names its `kind` (default `charge`); the API accepts the kinds it was given, each
 payload checked by its kind's validator. Bad input, an unknown kind included, gets a 4xx with a one-line
@@ -23,7 +21,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -40,6 +38,15 @@ from starlette.routing import Match
 
 from reliableq import api_contract as contract
 from reliableq import db
+from reliableq.acknowledgement import (
+    NotAcknowledged,
+    Store,
+    SubmissionOrder,
+    Submitted,
+    acknowledge_in_order,
+    finish,
+    shipped_order,
+)
 from reliableq.charge.client import idempotency_key
 from reliableq.charge.handler import STANDARD_VALIDATORS
 from reliableq.config import (
@@ -51,7 +58,7 @@ from reliableq.config import (
     Mechanisms,
 )
 from reliableq.group_commit import GroupCommitter
-from reliableq.hooks import FaultHook, SimulatedCrash
+from reliableq.hooks import FaultHook
 from reliableq.metrics import JOB_COUNT_SECONDS, ApiMetrics
 from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission, submission_key
 from reliableq.position import ListPosition
@@ -110,16 +117,16 @@ async def _read_body(request: Request, limit: int, parse: Callable[[Any], Parsed
         raise _Refused(422, str(error)) from None
 
 
-def _accepted(submission: Submission, job_id: uuid.UUID, stored: Stored | None) -> dict[str, Any]:
+def _receipt(submission: Submission, job_id: uuid.UUID, stored: Stored | None) -> dict[str, Any]:
     """A job's 202 body. `stored`: where a submission with a key went, once known (the naive order
     answers before it stores, and can only promise the job it is about to store)."""
     if stored is not None:
         job_id = stored.job_id
-    accepted: dict[str, Any] = {"id": str(job_id), "status": stored.status if stored else "PENDING",
-                                "idempotency_key": idempotency_key(job_id)}
+    receipt: dict[str, Any] = {"id": str(job_id), "status": stored.status if stored else "PENDING",
+                               "idempotency_key": idempotency_key(job_id)}
     if submission.key is not None:
-        accepted |= {"submission_key": submission.key, "replayed": bool(stored and stored.replayed)}
-    return accepted
+        receipt |= {"submission_key": submission.key, "replayed": bool(stored and stored.replayed)}
+    return receipt
 
 
 def _with_header_key(submission: Submission, header: str | None) -> Submission:
@@ -134,29 +141,6 @@ def _with_header_key(submission: Submission, header: str | None) -> Submission:
     if submission.key not in (None, key):
         raise _Refused(422, "Idempotency-Key and the body's submission_key differ; send one key")
     return dataclasses.replace(submission, key=key)
-
-
-# How a submission is stored and answered: `accept(store, acknowledge)` awaits both, in its own order.
-# `store()` inserts and commits the job (or batch); `acknowledge()` hands the client its 202.
-SubmissionOrder = Callable[[Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]], Awaitable[None]]
-
-
-async def store_then_acknowledge(store: Callable[[], Awaitable[object]],
-                                 acknowledge: Callable[[], Awaitable[None]]) -> None:
-    """commit_before_ack: the 202 goes out only once the insert has committed."""
-    await store()
-    await acknowledge()
-
-
-async def acknowledge_then_store(store: Callable[[], Awaitable[object]],
-                                 acknowledge: Callable[[], Awaitable[None]]) -> None:
-    """The naive order (commit_before_ack off): the 202 first, the insert after it. The window is real."""
-    await acknowledge()
-    await store()
-
-
-def shipped_order(mechanisms: Mechanisms) -> SubmissionOrder:
-    return store_then_acknowledge if mechanisms.commit_before_ack else acknowledge_then_store
 
 
 def _parse_job_id(raw: str) -> uuid.UUID | None:
@@ -273,55 +257,22 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     def queue(request: Request) -> Queue:
         return request.app.state.queue
 
-    async def acknowledge(accepted: Callable[[Any], dict[str, Any]], store: Callable[[], Awaitable[object]],
-                          acknowledged: Any) -> JSONResponse:
-        """202 with `accepted(stored)` once `order` acknowledges (`stored`: what the store returned, or
-        None while it has not run); its store, if it comes after that, passes the fault point
-        after_ack_before_commit first. The order runs on after the 202 (its store may still be to come)
-        as the response's background task. A key reused with another body is answered 409; an order that
-        fails or ends before acknowledging, 500, and what it stored stays stored."""
-        answered = asyncio.get_running_loop().create_future()
-        stored: list[object] = []
-
-        async def acknowledge_once() -> None:
-            if answered.done():
-                raise RuntimeError("acknowledge() called again: a request has one answer, already sent")
-            answered.set_result(None)
-
-        async def store_in_order() -> object:
-            if answered.done():
-                try:
-                    await faults.reach("after_ack_before_commit", acknowledged, "api")
-                except SimulatedCrash:
-                    _say_lost(acknowledged)
-                    if asyncio.current_task() is not running:
-                        return None  # a store left to a task nobody awaits: the crash ends that task, quietly
-                    raise
-            stored.append(await store())
-            if not answered.done():
-                await faults.reach("after_commit_before_ack", acknowledged, "api")
-            return stored[0]
-
-        running = asyncio.create_task(order(store_in_order, acknowledge_once))
+    async def answer(receipt: Callable[[Any], dict[str, Any]], store: Store, submitted: Submitted) -> JSONResponse:
+        """202 with `receipt(stored)` once `order` acknowledges, the rest of the order running on as the
+        response's background task; a key reused with another body, 409; an outage before the
+        acknowledgement, 503 (the app's handler); an order that ends unacknowledged, 500."""
         try:
-            await asyncio.wait({answered, running}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the request is gone (server shutdown): so is what it was doing
-            running.cancel()
-            raise
-        if answered.done():
-            metrics.submissions.inc(1 if isinstance(acknowledged, uuid.UUID) else len(acknowledged))
-            return JSONResponse(accepted(stored[0] if stored else None), status_code=202,
-                                background=BackgroundTask(_after_ack, running, acknowledged))
-        failure = asyncio.CancelledError() if running.cancelled() else running.exception()
-        if isinstance(failure, psycopg.OperationalError):
-            raise failure  # nothing was acknowledged: the app's handler answers the outage with a 503
-        if isinstance(failure, KeyReused):
-            return _error(409, str(failure))
-        if failure is None:
-            log.error("a submission's order ended without acknowledging it (answered 500)")
-            return _error(500, "the submission was not acknowledged: the API's order ended without answering")
-        log.error("a submission failed before it was acknowledged: %s: %s", type(failure).__name__, failure)
-        return _error(500, f"the submission failed before it was acknowledged: {type(failure).__name__}")
+            acknowledged = await acknowledge_in_order(order, store, submitted, faults,
+                                                      raised_as_they_are=(psycopg.OperationalError, KeyReused))
+        except KeyReused as reused:
+            return _error(409, str(reused))
+        except NotAcknowledged as failure:
+            cause = failure.__cause__
+            log.error("%s (answered 500)%s", failure, f": {cause}" if cause is not None and str(cause) else "")
+            return _error(500, str(failure))
+        metrics.submissions.inc(1 if isinstance(submitted, uuid.UUID) else len(submitted))
+        return JSONResponse(receipt(acknowledged.stored), status_code=202,
+                            background=BackgroundTask(finish, acknowledged))
 
     @app.post("/v1/jobs", status_code=202, response_model=None,
               responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
@@ -336,7 +287,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
             if isinstance(outcome, KeyReused):
                 raise outcome
             return outcome
-        return await acknowledge(partial(_accepted, submission, job_id), store, job_id)
+        return await answer(partial(_receipt, submission, job_id), store, job_id)
 
     @app.post("/v1/jobs/batch", status_code=202, response_model=None,
               responses={202: {"model": contract.BatchAccepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
@@ -346,7 +297,6 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         if "Idempotency-Key" in request.headers:  # ignored, it would leave a retrying client unprotected
             raise _Refused(422, "a batch takes a submission_key per job, not an Idempotency-Key header")
         submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))
-        # A tuple, so the fault point's job filters see one hashable value for the whole batch.
         job_ids = tuple(uuid.uuid4() for _ in submissions)
         keyed = any(submission.key is not None for submission in submissions)
 
@@ -356,10 +306,10 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
                 return None
             return await queue(request).submit_keyed(submissions, job_ids, key_window, all_or_none=True)
 
-        def accepted(stored: list[Stored] | None) -> dict[str, Any]:
-            return {"jobs": [_accepted(submission, job_id, outcome) for submission, job_id, outcome
+        def receipt(stored: list[Stored] | None) -> dict[str, Any]:
+            return {"jobs": [_receipt(submission, job_id, outcome) for submission, job_id, outcome
                              in zip(submissions, job_ids, stored or [None] * len(job_ids), strict=True)]}
-        return await acknowledge(accepted, store, job_ids)
+        return await answer(receipt, store, job_ids)
 
     @app.get("/v1/jobs", response_model=None, responses={
         200: {"model": contract.JobList},
@@ -483,22 +433,3 @@ def _discard_outcome(task: asyncio.Task) -> None:
     """A readiness check answered without: its outcome, retrieved so asyncio does not log it as lost."""
     if not task.cancelled():
         task.exception()
-
-
-async def _after_ack(running: asyncio.Task, acknowledged: Any) -> None:
-    """The rest of a submission's order, after its 202 went out. `acknowledged`: the job id, or the
-    batch's ids."""
-    try:
-        await running
-    except SimulatedCrash:
-        pass  # said where it happened
-    except Exception as error:  # the client has its 202; all that is left to do is to say what went wrong
-        log.error("a submission failed after it was acknowledged: %s: %s", type(error).__name__, error)
-
-
-def _say_lost(acknowledged: Any) -> None:
-    if isinstance(acknowledged, uuid.UUID):
-        log.warning("simulated API crash after acknowledging job %s: the job is lost", acknowledged)
-    else:
-        log.warning("simulated API crash after acknowledging a batch of %d jobs: all of them are lost",
-                    len(acknowledged))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from reliableq.api import SubmissionOrder
+from reliableq.acknowledgement import SubmissionOrder
 from reliableq.backoff import RetryDelays
 from reliableq.config import WorkerSettings
 from reliableq.finalize_decision import FinalizeDecision

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from reliableq import api
+from reliableq import acknowledgement, api
 from reliableq.lab.exercises import commit_before_ack as exercise
 from reliableq.lab.exercises.checker import Outcome, check
 from reliableq.lab.exercises.learner_code import LearnerError
@@ -119,8 +119,8 @@ def accept_body(text: str) -> str:
 def test_the_starter_and_the_reference_are_the_apis_own_orders():
     """The starter is what the API runs with commit_before_ack off, the reference what it runs with it on."""
     import inspect
-    assert accept_body(exercise.STARTER) == accept_body(inspect.getsource(api.acknowledge_then_store))
-    assert accept_body(exercise.REFERENCE) == accept_body(inspect.getsource(api.store_then_acknowledge))
+    assert accept_body(exercise.STARTER) == accept_body(inspect.getsource(acknowledgement.acknowledge_then_store))
+    assert accept_body(exercise.REFERENCE) == accept_body(inspect.getsource(acknowledgement.store_then_acknowledge))
 
 
 @pytest.mark.parametrize("text", RIGHT.values(), ids=RIGHT)

@@ -1,7 +1,7 @@
 """Exercise 02, commit-before-ack: write the order in which the API stores a submission and answers it.
 
 The learner writes `async def accept(store, acknowledge)`; the real API runs it for every submission
-(single and batch) in place of its shipped order (reliableq/api.py). The starter is the order the stage
+(single and batch) in place of its shipped order (reliableq/acknowledgement.py). The starter is the order the stage
 runs with commit_before_ack off (acknowledge, then store); the reference is the order with it on. The
 invariant is the stage's: every acknowledged job is stored (lost_jobs = 0). Before the stage's crash,
 the forced schedules run accept on a clock the check controls (virtual_clock.py) with a store and an
