@@ -34,7 +34,8 @@ import only each other; lab/ imports only those (never stages, lab/exercises/, b
 may import the lab, and lab/exercises/ the stages; bench/ imports the core and charge/, and from the lab
 only harness, invariants, ledger, processes, waiting and demo; cli/ imports everything. No cycles.
 
-The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism.
+The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism; they install
+as `reliableq_stages` (pyproject.toml says why), the name every import uses.
 
 What the full system guarantees: an acknowledged job is durable; it may run more than once, but it
 commits one charge and is finalized once. What it does not: that a handler runs exactly once.

@@ -1,18 +1,20 @@
 """The lab's stages, in the order the mechanisms are introduced: naive first, then one per flag of
 `reliableq.config.Mechanisms`. Each module declares its failure, its invariant and its mechanism and
 has the same `scenario(on, params)`; `reliableq.lab.experiment` and `reliableq.lab.scenario` hold what they share.
+This folder installs as `reliableq_stages` (pyproject.toml says why), the name every import uses.
 
-    import asyncio, stages
+    import asyncio, reliableq_stages
     from reliableq.lab.experiment import compare
     from reliableq.lab.scenario import ScenarioParams
-    off, on = asyncio.run(compare(stages.get("fencing"), ScenarioParams(seed=1)))
+    off, on = asyncio.run(compare(reliableq_stages.get("fencing"), ScenarioParams(seed=1)))
     print(off.summary()); print(on.rows())
 """
 
 from __future__ import annotations
 
 from reliableq.lab.experiment import Stage, index_stages
-from stages import (
+
+from . import (
     s01_naive,
     s02_commit_before_ack,
     s03_skip_locked,

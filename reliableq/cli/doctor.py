@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import stages
+import reliableq_stages
 from reliableq import db
 from reliableq.cli.arguments import run_coroutine
 from reliableq.lab.scenario import ScenarioParams
@@ -132,7 +132,7 @@ def database_place() -> str:
 def check_stage() -> Check:
     started = time.monotonic()
     try:
-        scenario = stages.get(STAGE).scenario(True, ScenarioParams(seed=1))
+        scenario = reliableq_stages.get(STAGE).scenario(True, ScenarioParams(seed=1))
         result = run_coroutine(asyncio.wait_for(scenario, STAGE_TIMEOUT_SECONDS))
     except TimeoutError:
         return Check("stage", False, f"{STAGE} did not finish within {STAGE_TIMEOUT_SECONDS:g} s",

@@ -27,10 +27,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    import stages
+    import reliableq_stages
     from reliableq.lab.scenario import ScenarioParams, wrap
     try:
-        stage = stages.get(args.name)
+        stage = reliableq_stages.get(args.name)
     except LookupError as error:
         raise UsageError(str(error)) from None
     params = ScenarioParams(seed=args.seed)

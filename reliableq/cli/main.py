@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-import stages
+import reliableq_stages
 from reliableq import db
 from reliableq.bench.scenarios import SCENARIOS
 from reliableq.charge.handler import STANDARD_VALIDATORS
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_demo)
 
     p = sub.add_parser("stage", help="run one stage's scenario with its mechanism off, on, or both")
-    p.add_argument("name", help=", ".join(stages.names()))
+    p.add_argument("name", help=", ".join(reliableq_stages.names()))
     p.add_argument("mode", nargs="?", default="compare", choices=["compare", "off", "on"])
     p.add_argument("--seed", type=int, default=1, help="the scenario's seed (default 1, as in the notebooks)")
     p.set_defaults(run=cmd_stage)

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from nbformat.sign import NotebookNotary
 
-import stages
+import reliableq_stages
 from reliableq.lab import notebook as nb
 from reliableq.lab import panels
 from reliableq.lab.experiment import Prediction, compare
@@ -36,7 +36,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 async def test_tables_and_charts_show_the_counts_before_and_after():
     """counts_table stacks both runs; plot_counts draws one panel per run; the timeline has a lane per worker."""
-    stage = stages.get("idempotency")
+    stage = reliableq_stages.get("idempotency")
     off, on = await compare(stage, ScenarioParams(seed=1, jobs=2))
     table = nb.counts_table(off, on)
     assert list(table["run"].unique()) == ["idempotency off", "idempotency on"]
@@ -49,7 +49,7 @@ async def test_tables_and_charts_show_the_counts_before_and_after():
 
 async def test_scenario_panel_runs_with_the_switches_a_learner_picked():
     """Unticking idempotency in the panel and pressing Run charges twice; the result is shown in the panel."""
-    panel = panels.ScenarioPanel(stages.get("idempotency"), ScenarioParams(seed=1, jobs=2))
+    panel = panels.ScenarioPanel(reliableq_stages.get("idempotency"), ScenarioParams(seed=1, jobs=2))
     assert panel.switches["idempotency"].value is True
     panel.switches["idempotency"].value = False
     panel.lease.value = 0.5
@@ -61,7 +61,7 @@ async def test_scenario_panel_runs_with_the_switches_a_learner_picked():
 
 async def test_a_second_run_replaces_the_first_in_the_panel():
     """Run with idempotency off, then on: the panel shows the second result only, with one summary."""
-    panel = panels.ScenarioPanel(stages.get("idempotency"), ScenarioParams(seed=1, jobs=1))
+    panel = panels.ScenarioPanel(reliableq_stages.get("idempotency"), ScenarioParams(seed=1, jobs=1))
     panel.switches["idempotency"].value = False
     first = await panel.run()
     panel.switches["idempotency"].value = True
@@ -85,7 +85,7 @@ def test_self_check_says_whether_the_prediction_was_right():
 def test_predictions_live_with_their_stage_not_in_the_notebook():
     """Each stage notebook asks its stage's question, and nothing a learner reads before answering (the
     cells up to the question) spells out the answer."""
-    for stage, path in zip(stages.STAGES, _notebooks()[1:10], strict=True):
+    for stage, path in zip(reliableq_stages.STAGES, _notebooks()[1:10], strict=True):
         sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
         asked = sources.index(ASKED)
         assert not [source for source in sources[:asked + 1] if stage.PREDICTION.answer in source], path.stem
@@ -124,7 +124,7 @@ def test_a_saved_stage_notebook_shows_nothing_of_the_runs_before_its_prediction_
 def test_notebooks_are_in_reading_order_one_per_stage():
     """Start here, then one notebook per stage in stage order, then chaos and benchmarks."""
     names = [p.stem for p in _notebooks()]
-    expected_stages = [f"{i:02d}_{s.NAME.replace('-', '_')}" for i, s in enumerate(stages.STAGES, start=1)]
+    expected_stages = [f"{i:02d}_{s.NAME.replace('-', '_')}" for i, s in enumerate(reliableq_stages.STAGES, start=1)]
     assert names[0] == "00_start_here"
     assert names[1:10] == expected_stages
     assert names[10:] == ["10_chaos", "11_benchmarks"]
@@ -139,7 +139,7 @@ def test_a_notebook_s_further_questions_hold_back_their_runs_too():
     show only the line saying to answer first."""
     picture = f'<div class="reliableq-picture"><i>{html.escape(panels.ANSWER_FIRST)}</i></div>'
     asked_anywhere = []
-    for stage, path in zip(stages.STAGES, _notebooks()[1:10], strict=True):
+    for stage, path in zip(reliableq_stages.STAGES, _notebooks()[1:10], strict=True):
         cells = json.loads(path.read_text())["cells"]
         sources = ["".join(cell["source"]) for cell in cells]
         for at, source in enumerate(sources):
@@ -175,7 +175,7 @@ def test_saved_notebooks_show_pictures_not_dead_widgets(path):
 def test_a_panel_shows_live_with_a_picture_beside_it():
     """What a panel displays: the live widget view, and the picture a saved notebook keeps of it."""
     shown = []
-    panel = panels.ScenarioPanel(stages.get("leases"), ScenarioParams(seed=1))
+    panel = panels.ScenarioPanel(reliableq_stages.get("leases"), ScenarioParams(seed=1))
     with patch("reliableq.lab.panels.display", side_effect=lambda bundle, raw: shown.append(bundle)):
         panel._ipython_display_()  # what IPython's display() calls in a kernel
     (bundle,) = shown

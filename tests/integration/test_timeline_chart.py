@@ -7,7 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-import stages
+import reliableq_stages
 from reliableq.config import Mechanisms
 from reliableq.lab import notebook as nb
 from reliableq.lab.chaos import ChaosConfig, run_chaos
@@ -32,7 +32,7 @@ def _legend(figure) -> list[str]:
 
 async def test_a_stranded_claim_is_drawn_to_the_end_of_a_run_in_which_nothing_more_happened():
     params = ScenarioParams(seed=1)
-    off = await stages.get("leases").scenario(False, params)
+    off = await reliableq_stages.get("leases").scenario(False, params)
     assert off.watched_seconds >= 2 * params.lease_seconds
     figure = nb.plot_timeline(off)
     assert figure.axes[0].get_xlim()[1] >= off.watched_seconds
@@ -41,7 +41,7 @@ async def test_a_stranded_claim_is_drawn_to_the_end_of_a_run_in_which_nothing_mo
 
 
 async def test_a_run_whose_attempts_all_end_has_no_open_attempt_and_no_quiet_stretch():
-    on = await stages.get("leases").scenario(True, ScenarioParams(seed=1))
+    on = await reliableq_stages.get("leases").scenario(True, ScenarioParams(seed=1))
     figure = nb.plot_timeline(on)
     assert nb.OPEN_ATTEMPT not in _legend(figure)
     assert not _texts(figure)

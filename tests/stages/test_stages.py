@@ -12,22 +12,22 @@ import logging
 
 import pytest
 
-import stages
+import reliableq_stages
 from reliableq.config import Mechanisms
 from reliableq.lab.experiment import STAGE_KNOBS, compare, index_stages
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.scenario import LINE_WIDTH, LOST, ScenarioParams, ScenarioResult
-from stages import s07_backoff, s08_dead, s09_semaphore
+from reliableq_stages import s07_backoff, s08_dead, s09_semaphore
 
 PARAMS = ScenarioParams()
-NAMES = stages.names()
+NAMES = reliableq_stages.names()
 _compared: dict[str, tuple[ScenarioResult, ScenarioResult]] = {}
 
 
 async def compared(name: str) -> tuple[ScenarioResult, ScenarioResult]:
     """The stage's (off, on) results, run once per session."""
     if name not in _compared:
-        _compared[name] = await compare(stages.get(name), PARAMS)
+        _compared[name] = await compare(reliableq_stages.get(name), PARAMS)
     return _compared[name]
 
 
@@ -43,26 +43,26 @@ def statuses(result: ScenarioResult) -> set[str]:
 
 def test_registry_order_matches_mechanisms():
     """naive first, then one stage per mechanism flag, in the flags' order."""
-    assert [s.MECHANISM for s in stages.STAGES] == [None, *Mechanisms.names()]
+    assert [s.MECHANISM for s in reliableq_stages.STAGES] == [None, *Mechanisms.names()]
     assert NAMES == ["naive", *(name.replace("_", "-") for name in Mechanisms.names())]
-    assert [s.__name__.rsplit(".", 1)[1][:3] for s in stages.STAGES] == [f"s0{i}" for i in range(1, 10)]
+    assert [s.__name__.rsplit(".", 1)[1][:3] for s in reliableq_stages.STAGES] == [f"s0{i}" for i in range(1, 10)]
 
 
 def test_registry_lookup_accepts_the_mechanism_spelling_and_names_the_choices():
-    assert stages.get("skip_locked") is stages.get("skip-locked")
+    assert reliableq_stages.get("skip_locked") is reliableq_stages.get("skip-locked")
     with pytest.raises(LookupError, match="expected one of naive, commit-before-ack"):
-        stages.get("retries")
+        reliableq_stages.get("retries")
 
 
 def test_registry_refuses_stages_out_of_order():
     with pytest.raises(ValueError, match="stages must be naive then"):
-        index_stages(list(reversed(stages.STAGES)))
+        index_stages(list(reversed(reliableq_stages.STAGES)))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_stage_declares_failure_invariant_and_mechanisms(name):
     """Docstring opens with the stage; with it on, every mechanism up to its own is on; off, only its own is off."""
-    stage = stages.get(name)
+    stage = reliableq_stages.get(name)
     assert stage.__doc__.startswith(f"Stage {NAMES.index(name) + 1}, {name}:")
     assert all(word in stage.__doc__ for word in ("Failure", "Invariant", "Boundary"))
     assert stage.FAILURE and stage.INVARIANT and "\n" not in stage.FAILURE + stage.INVARIANT
@@ -77,7 +77,7 @@ def test_stage_declares_failure_invariant_and_mechanisms(name):
 def test_own_knobs_are_the_stage_specific_params_its_source_reads(name):
     """OWN_KNOBS (which the notebook panel leaves enabled) names exactly the stage-specific knobs the
     stage's module reads, so a greyed-out knob is one that really changes nothing."""
-    stage = stages.get(name)
+    stage = reliableq_stages.get(name)
     source = inspect.getsource(stage)
     assert set(stage.OWN_KNOBS) == {knob for knob in STAGE_KNOBS if f"params.{knob}" in source}
 
@@ -96,7 +96,7 @@ def test_scenario_params_refuse_nonsense():
 async def test_stage_on_finishes_every_job_once(name):
     """With the stage's mechanism on, every job ends SUCCEEDED, finalized exactly once, none lost."""
     _, on = await compared(name)
-    assert on.mechanism_on and on.mechanisms == stages.get(name).mechanisms(True)
+    assert on.mechanism_on and on.mechanisms == reliableq_stages.get(name).mechanisms(True)
     assert len(on.rows()) == PARAMS.jobs
     assert statuses(on) == {"SUCCEEDED"}, on.summary()
     assert all(r["F"] == 1 for r in on.rows()), on.summary()
@@ -230,7 +230,7 @@ async def test_semaphore_off_overloads_the_charge_service():
 async def test_skip_locked_same_seed_same_rows():
     """The race is pinned by events, not timing: the same seed gives the same A/H/C/F rows again."""
     off, _ = await compared("skip-locked")
-    again = await stages.get("skip-locked").scenario(False, PARAMS)
+    again = await reliableq_stages.get("skip-locked").scenario(False, PARAMS)
     assert again.rows() == off.rows()
 
 
@@ -252,7 +252,7 @@ async def test_idempotency_result_is_tidy():
 async def test_a_runs_log_lines_name_jobs_as_its_tables_do(caplog):
     """The worker's warnings during a stage run say job-1, job-2 (as the tables and charts do), never a
     UUID; after the run, the core's logs are left as they were."""
-    result = await stages.get("fencing").scenario(True, ScenarioParams(seed=1, jobs=2))
+    result = await reliableq_stages.get("fencing").scenario(True, ScenarioParams(seed=1, jobs=2))
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert sorted(refused) == [f"worker worker-1: finalize (succeed) of job-{n} refused: its lease was lost"
                                for n in (1, 2)]
@@ -265,7 +265,7 @@ async def test_a_runs_log_lines_name_jobs_as_its_tables_do(caplog):
 async def test_the_api_crash_line_names_the_job_it_lost_as_the_table_does(caplog):
     """The API logs its crash before the client has read the 202 with the job's id; the line still
     says job-1 (the LOST row), not a UUID the learner could match with nothing."""
-    result = await stages.get("commit-before-ack").scenario(False, ScenarioParams(seed=1))
+    result = await reliableq_stages.get("commit-before-ack").scenario(False, ScenarioParams(seed=1))
     crashes = [r.getMessage() for r in caplog.records if r.name == "reliableq.api"]
     assert crashes == ["simulated API crash after acknowledging job-1: the job is lost"]
     assert result.rows()[0]["job"] == "job-1" and result.rows()[0]["status"] == LOST
@@ -281,7 +281,7 @@ async def test_stage_verdict_says_what_each_run_shows(name):
     mechanism off it claims a failure for it (or, for load, points at the measurements); the on run
     must then show that failure gone. What it expects a later stage to fix must still be there with
     the mechanism on, and is named in an "Expected at this stage" line, which only fencing needs."""
-    stage = stages.get(name)
+    stage = reliableq_stages.get(name)
     number = NAMES.index(name) + 1
     for result in await compared(name):
         verdict = result.verdict()

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-import stages
+import reliableq_stages
 from reliableq.lab.panels import ScenarioPanel
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 
-NAMES = stages.names()
+NAMES = reliableq_stages.names()
 STOPPED_WITHIN_SECONDS = 10.0  # stage 05's paused worker alone would hold a graceful stop for 60 s
 
 
@@ -28,7 +28,7 @@ STOPPED_WITHIN_SECONDS = 10.0  # stage 05's paused worker alone would hold a gra
 @pytest.mark.parametrize("on", [False, True], ids=["off", "on"])
 @pytest.mark.parametrize("name", NAMES)
 async def test_stop_ends_a_run_at_once_and_says_so(name, on, moment):
-    stage = stages.get(name)
+    stage = reliableq_stages.get(name)
     panel = ScenarioPanel(stage, ScenarioParams(seed=1))
     if stage.MECHANISM is not None:
         panel.switches[stage.MECHANISM].value = on
@@ -45,7 +45,7 @@ async def test_stop_ends_a_run_at_once_and_says_so(name, on, moment):
 async def test_stop_ends_stage_05_with_worker_1_paused_for_good():
     """The learner's case: leases off, so worker-2 can never take the jobs over and worker-1, told to stop
     with 60 s of grace, stays paused after its charges. Stop must not wait for that grace."""
-    panel = ScenarioPanel(stages.get("fencing"), ScenarioParams(seed=1))
+    panel = ScenarioPanel(reliableq_stages.get("fencing"), ScenarioParams(seed=1))
     panel.switches["leases"].value = False
     run = panel.start()
     await wait_until(lambda: "worker-2" in (panel.watch.what or "") or run.done(), 60,

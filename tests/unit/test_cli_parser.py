@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import stages
+import reliableq_stages
 from reliableq.bench.scenarios import SCENARIOS
 from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import UsageError, mechanisms_from, seconds_from
@@ -30,7 +30,7 @@ def test_worker_chaos_and_charge_service_defaults_are_the_dataclasses_own():
 def test_help_names_every_stage_and_every_bench_scenario():
     parser = build_parser()
     subcommands = parser._subparsers._group_actions[0].choices
-    assert all(name in subcommands["stage"].format_help() for name in stages.names())
+    assert all(name in subcommands["stage"].format_help() for name in reliableq_stages.names())
     bench_help = " ".join(subcommands["bench"].format_help().split())
     assert all(name in bench_help.replace(" ", "") for name in SCENARIOS)
 

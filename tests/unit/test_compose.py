@@ -89,8 +89,10 @@ def test_databases_are_the_compose_postgres_on_a_named_volume():
 
 
 def test_the_image_installs_the_package_with_its_sql():
-    """The Dockerfile copies what the wheel needs (the SQL is packaged into it) and runs the CLI."""
+    """The Dockerfile copies what the wheel needs (the SQL is packaged into it, and the build runs
+    pyproject's hook, hatch_build.py) and runs the CLI."""
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for needed in ("COPY pyproject.toml", "COPY reliableq", "COPY sql", "COPY stages", "pip install"):
+    for needed in ("COPY pyproject.toml", "hatch_build.py", "COPY reliableq", "COPY sql", "COPY stages",
+                   "pip install"):
         assert needed in dockerfile
     assert 'ENTRYPOINT ["reliableq"]' in dockerfile

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("reliableq", "stages")
+PACKAGES = ("reliableq", "stages")  # folders at the repository's top
+# A folder installed under another name (pyproject.toml): its modules are named as they are imported.
+IMPORTED_AS = {"stages": "reliableq_stages"}
 
 # Which layers each layer may import (its own included). The core imports the charge layer because the
 # API answers with a job's charge key and accepts the stock kinds (`charge.handler.STANDARD_VALIDATORS`).
@@ -40,6 +42,7 @@ class Import:
 
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
+    parts[0] = IMPORTED_AS.get(parts[0], parts[0])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -73,7 +76,7 @@ def imports_of(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Import]
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if parts[0] == "stages":
+    if parts[0] == IMPORTED_AS["stages"]:
         return "stages"
     if parts[:3] == ["reliableq", "lab", "exercises"]:
         return "exercises"

@@ -319,8 +319,8 @@ def _grid() -> str:
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
-    import stages
-    result = await stages.get("backoff").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+    import reliableq_stages
+    result = await reliableq_stages.get("backoff").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     requests, jobs = result.measurements["outage_requests"], len(result.jobs)
     unsettled = [{"job": row["job"], "status": row["status"]} for row in result.rows() if row["status"] != "SUCCEEDED"]
     too_many = [{"requests": requests, "jobs": jobs}] if requests > OUTAGE_REQUESTS_PER_JOB * jobs else []

@@ -355,9 +355,10 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     """Stage 02's crash after job-1's 202, with accept in the real API (the forced schedules ran before it,
     so an accept that does not store once and answer once never reaches it)."""
-    import stages
+    import reliableq_stages
+    stage = reliableq_stages.get("commit-before-ack")
     try:
-        result = await stages.get("commit-before-ack").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+        result = await stage.scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     except RuntimeError:  # a submission answered 500: accept failed inside the API
         if pieces.submission_order.errors:
             raise pieces.submission_order.errors[0] from None

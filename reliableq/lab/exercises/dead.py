@@ -185,8 +185,8 @@ def _said(pieces: Pieces, case: tuple[str, int, int]) -> str | None:
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
-    import stages
-    stage = stages.get("dead")
+    import reliableq_stages
+    stage = reliableq_stages.get("dead")
     result = await stage.scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     when_dead = result.measurements.get("attempts_when_dead", {})
     wrong = []

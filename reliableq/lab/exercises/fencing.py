@@ -430,9 +430,9 @@ async def _groups_sharing_jobs(scratch: schedules.Scratch, learner: dict[str, st
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
-    import stages
+    import reliableq_stages
     await try_queries(pieces)
-    result = await stages.get("fencing").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+    result = await reliableq_stages.get("fencing").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     twice = [{"job": row["job"], "finalized": row["F"]} for row in result.rows() if row["F"] != 1]
     won = result.measurements["stale_finalizes_won"]
     stale = [{"stale finalizes that won": won}] if won else []

@@ -394,8 +394,8 @@ async def _at_once(url: str, observer: psycopg.AsyncConnection, queries: Mapping
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     """Stage 06's crashed worker with the learner's SQL in the charge service (the forced schedules ran
     before it, so SQL the service cannot run never reaches it, where its jobs would retry for ever)."""
-    import stages
-    result = await stages.get("idempotency").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+    import reliableq_stages
+    result = await reliableq_stages.get("idempotency").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     # SUCCEEDED too: a repeat answered with some other charge is refused (409), and its job ends DEAD.
     charged = [{"job": row["job"], "status": row["status"], "ran": row["H"], "charged": row["C"]}
                for row in result.rows() if (row["status"], row["C"]) != ("SUCCEEDED", 1)]

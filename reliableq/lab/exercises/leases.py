@@ -146,9 +146,9 @@ async def _expiry_wrong(scratch: schedules.Scratch, claim: str, lease_seconds: f
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
-    import stages
+    import reliableq_stages
     await try_claim(pieces, FILENAME)
-    result = await stages.get("leases").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+    result = await reliableq_stages.get("leases").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     m = result.measurements
     left = [{"job": row["job"], "status": row["status"]} for row in result.rows() if row["status"] != "SUCCEEDED"]
     return Check("stage 04's dead worker: every job worker-1 held is claimed again by worker-2 once its lease "

@@ -178,8 +178,8 @@ def _limits() -> str:
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
-    import stages
-    stage = stages.get("semaphore")
+    import reliableq_stages
+    stage = reliableq_stages.get("semaphore")
     params = ScenarioParams(seed=seed, pieces=pieces)
     result = await stage.scenario(True, params)
     m = result.measurements

@@ -232,9 +232,9 @@ async def try_claim(pieces: Pieces, filename: str) -> None:
 
 
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
-    import stages
+    import reliableq_stages
     await try_claim(pieces, FILENAME)
-    result = await stages.get("skip-locked").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
+    result = await reliableq_stages.get("skip-locked").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     twice = [{"job": row["job"], "A": row["A"]} for row in result.rows() if row["A"] != 1]
     claims = ", ".join(f"{worker} {n}" for worker, n in result.measurements["claims_by_worker"].items())
     return Check("stage 03's two workers: each job is claimed by one worker (A=1)", twice,
