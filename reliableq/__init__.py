@@ -29,9 +29,10 @@ bench/      `reliableq bench`: run, runner, scenarios, ingest, retention, stack,
             baselines (pgbench), peers, report
 cli/        the `reliableq` command: main (the parser), arguments, database, services, operators, lab, bench
 
-The rule (tests/unit/test_layers.py checks it, imports inside functions included): the core and charge/
-import only each other; lab/ imports only those (never stages, lab/exercises/, bench/ or cli/); stages/
-may import the lab, and lab/exercises/ the stages; bench/ imports the core and charge/, and from the lab
+The rule (tests/unit/test_layers.py checks it, imports inside functions included): the core imports only
+itself (it knows no job kind: the charge is one, in charge/), charge/ only the core; lab/ imports only
+those (never stages, lab/exercises/, bench/ or cli/); stages/ may import the lab, and lab/exercises/ the
+stages; bench/ imports the core and charge/, and from the lab
 only harness, invariants, ledger, processes, waiting and demo; cli/ imports everything. No cycles.
 
 The stages live beside the package in `stages/` (s01_naive … s09_semaphore), one per mechanism; they install

@@ -4,7 +4,7 @@
 (the real system), or before it (the naive order, where a crash in between loses an acknowledged job).
 reliableq/acknowledgement.py holds both orders and runs them; this module maps what they end in to HTTP.
 `POST /v1/jobs/batch` does the same for up to MAX_BATCH_JOBS jobs stored by one statement: all of them
-or none. A submission names its `kind` (default `charge`); the API accepts the kinds it was given, each
+or none. A submission names its `kind` (or gets the default one); the API accepts the kinds it was given, each
 payload checked by its kind's validator. Bad input, an unknown kind included, gets a 4xx with a one-line
 message and stores nothing. This module does not run jobs.
 A client that retries a submission whose answer it never heard (the API crashed after the commit, the
@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -47,8 +47,6 @@ from reliableq.acknowledgement import (
     finish,
     shipped_order,
 )
-from reliableq.charge.client import idempotency_key
-from reliableq.charge.handler import STANDARD_VALIDATORS
 from reliableq.config import (
     DEFAULT_REPLAY_BUDGET,
     DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS,
@@ -60,9 +58,9 @@ from reliableq.config import (
 from reliableq.group_commit import GroupCommitter
 from reliableq.hooks import FaultHook
 from reliableq.metrics import JOB_COUNT_SECONDS, ApiMetrics
-from reliableq.payload import InvalidSubmission, Submission, Validator, parse_batch, parse_submission, submission_key
+from reliableq.payload import InvalidSubmission, JobKinds, Submission, parse_batch, parse_submission, submission_key
 from reliableq.position import ListPosition
-from reliableq.queue import STATUSES, Job, KeyReused, Queue, Stored, json_row
+from reliableq.queue import STATUSES, Job, KeyReused, Queue, Stored, idempotency_key, json_row
 from reliableq.tokens import bearer_matches
 
 log = logging.getLogger("reliableq.api")
@@ -123,7 +121,7 @@ def _receipt(submission: Submission, job_id: uuid.UUID, stored: Stored | None) -
     if stored is not None:
         job_id = stored.job_id
     receipt: dict[str, Any] = {"id": str(job_id), "status": stored.status if stored else "PENDING",
-                               "idempotency_key": idempotency_key(job_id)}
+                               "idempotency_key": idempotency_key(submission.kind, job_id)}
     if submission.key is not None:
         receipt |= {"submission_key": submission.key, "replayed": bool(stored and stored.replayed)}
     return receipt
@@ -151,20 +149,19 @@ def _parse_job_id(raw: str) -> uuid.UUID | None:
 
 
 def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultHook | None = None,
-                   api_token: str | None = None, pool_size: int = 10,
-                   kinds: Mapping[str, Validator] = STANDARD_VALIDATORS,
+                   api_token: str | None = None, pool_size: int = 10, *, kinds: JobKinds,
                    order: SubmissionOrder | None = None,
                    db_timeout: float = db.DEFAULT_DB_TIMEOUT_SECONDS,
                    key_window: float = DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS) -> FastAPI:
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
-    `kinds`: the job kinds it accepts, each with its payload check (a HandlerRegistry's `validators`).
+    `kinds`: the job kinds it accepts, each with its payload check, and the default kind (the stock API:
+    reliableq.charge.handler.STANDARD_KINDS); the queue itself knows no kind.
     `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says.
     `db_timeout`: seconds a request waits for a database connection, and then for the database's answer
     (a hung server's), before it is answered 503.
     `key_window`: seconds a submission's idempotency key names its job; an older key names a new one."""
     faults = faults or FaultHook()
     order = order or shipped_order(mechanisms)
-    kinds = dict(kinds)  # as given now: registering more later must not change a running API
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -278,7 +275,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
               responses={202: {"model": contract.Accepted}, **contract.SUBMITTED, **contract.UNAVAILABLE, **token},
               openapi_extra=contract.single_job_body(kinds))
     async def submit_job(request: Request) -> JSONResponse:
-        submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, validators=kinds))
+        submission = await _read_body(request, MAX_PAYLOAD_BYTES, partial(parse_submission, kinds=kinds))
         submission = _with_header_key(submission, request.headers.get("Idempotency-Key"))
         job_id = uuid.uuid4()
 
@@ -296,7 +293,7 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         """Every job validated before any is stored; all stored by one statement, acknowledged together."""
         if "Idempotency-Key" in request.headers:  # ignored, it would leave a retrying client unprotected
             raise _Refused(422, "a batch takes a submission_key per job, not an Idempotency-Key header")
-        submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, validators=kinds))
+        submissions = await _read_body(request, MAX_BATCH_BYTES, partial(parse_batch, kinds=kinds))
         job_ids = tuple(uuid.uuid4() for _ in submissions)
         keyed = any(submission.key is not None for submission in submissions)
 

@@ -9,7 +9,6 @@ Not a guarantee on its own: tests/api/test_contract.py fuzzes the live API again
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
@@ -17,10 +16,10 @@ from pydantic import BaseModel
 
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES
 from reliableq.payload import (
-    DEFAULT_KIND,
     MAX_ATTEMPTS_LIMIT,
     MAX_SUBMISSION_KEY_CHARS,
     STORABLE_TEXT_PATTERN,
+    JobKinds,
     Validator,
     payload_schema,
 )
@@ -109,38 +108,38 @@ def kind_schema_name(kind: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", kind)) + "Submission"
 
 
-def kind_schema(kind: str, check: Validator) -> dict[str, Any]:
+def kind_schema(kind: str, check: Validator, default: bool) -> dict[str, Any]:
     """One kind's submission: the queue's envelope and the payload fields its check documents (any
-    storable object when it documents none). `kind` may be left out for the default kind only."""
-    payload = payload_schema(check) or ANY_PAYLOAD
+    storable object when it documents none). `kind` may be left out for the `default` kind only."""
+    payload = {name: value for name, value in (payload_schema(check) or ANY_PAYLOAD).items() if name != "example"}
     kind_field: dict[str, Any] = {"type": "string", "enum": [kind]}
-    if kind == DEFAULT_KIND:
+    if default:
         kind_field["default"] = kind
     return payload | {
         "title": kind_schema_name(kind),
         "properties": {"kind": kind_field, "max_attempts": {"type": "integer", "minimum": 1,
                                                             "maximum": MAX_ATTEMPTS_LIMIT},
                        "submission_key": SUBMISSION_KEY} | payload.get("properties", {}),
-        "required": ([] if kind == DEFAULT_KIND else ["kind"]) + payload.get("required", []),
+        "required": ([] if default else ["kind"]) + payload.get("required", []),
     }
 
 
-def kind_components(kinds: Mapping[str, Validator]) -> dict[str, Any]:
+def kind_components(kinds: JobKinds) -> dict[str, Any]:
     """The document's components for `kinds`: a submission schema per kind."""
-    return {kind_schema_name(kind): kind_schema(kind, check) for kind, check in kinds.items()} | {
-        "StorableValue": STORABLE_VALUE}
+    return {kind_schema_name(kind): kind_schema(kind, check, kind == kinds.default)
+            for kind, check in kinds.checks.items()} | {"StorableValue": STORABLE_VALUE}
 
 
-def submission_schema(kinds: Mapping[str, Validator]) -> dict[str, Any]:
+def submission_schema(kinds: JobKinds) -> dict[str, Any]:
     """One job as `POST /v1/jobs` takes it: one of the kinds' submissions, told apart by `kind` (left
-    out: the default kind, when the API has it)."""
-    refs = {kind: f"#/components/schemas/{kind_schema_name(kind)}" for kind in sorted(kinds)}
-    example = ({"kind": DEFAULT_KIND, "amount_cents": 1250, "currency": "USD"} if DEFAULT_KIND in kinds
-               else {"kind": min(kinds)})
+    out: the default kind, when the API has it). Its example is the example kind's own, if it has one."""
+    refs = {kind: f"#/components/schemas/{kind_schema_name(kind)}" for kind in sorted(kinds.checks)}
+    example_kind = kinds.example()
+    example = {"kind": example_kind} | (payload_schema(kinds.checks[example_kind]) or {}).get("example", {})
+    left_out = f"left out, it is {kinds.default}" if kinds.default else "it is required"
     return {"oneOf": [{"$ref": ref} for ref in refs.values()],
             "discriminator": {"propertyName": "kind", "mapping": refs},
-            "description": f"`kind` picks the payload's schema; left out, it is {DEFAULT_KIND}",
-            "example": example}
+            "description": f"`kind` picks the payload's schema; {left_out}", "example": example}
 
 
 def request_body(schema: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -149,13 +148,13 @@ def request_body(schema: dict[str, Any], limit: int) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}}}
 
 
-def single_job_body(kinds: Mapping[str, Validator]) -> dict[str, Any]:
+def single_job_body(kinds: JobKinds) -> dict[str, Any]:
     key_header = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": SUBMISSION_KEY,
                   "description": "send it with every retry of one request (or as the body's submission_key)"}
     return request_body(submission_schema(kinds), MAX_PAYLOAD_BYTES) | {"parameters": [key_header]}
 
 
-def batch_body(kinds: Mapping[str, Validator]) -> dict[str, Any]:
+def batch_body(kinds: JobKinds) -> dict[str, Any]:
     batch = {"type": "object", "required": ["jobs"], "additionalProperties": False,
              "properties": {"jobs": {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_JOBS,
                                      "items": submission_schema(kinds)}}}
@@ -179,7 +178,7 @@ METRICS = {200: {"description": "the API's metrics in Prometheus' text expositio
                  "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
-def document(app: FastAPI, kinds: Mapping[str, Validator]) -> dict[str, Any]:
+def document(app: FastAPI, kinds: JobKinds) -> dict[str, Any]:
     """FastAPI's document for `app`, with the submission schema of each of `kinds`, less the 422 it lists
     on every route with a parameter: where a route can answer 422 it says so itself; elsewhere (a text
     path parameter) it never does."""

@@ -59,7 +59,7 @@ class HandlerRegistry:
 
     @property
     def validators(self) -> dict[str, Validator]:
-        """Each kind's payload check, for the API that accepts these kinds (create_api_app's `kinds`)."""
+        """Each kind's payload check, for the API that accepts these kinds (JobKinds' `checks`)."""
         return dict(self._validators)
 
     async def handle(self, job: Job) -> Outcome:

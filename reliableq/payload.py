@@ -1,12 +1,13 @@
 """What a client may submit, checked before anything is stored: the envelope every job shares, and the
 check its kind registered for the rest.
 
-A submission is a JSON object: `kind` (optional, default `charge`), `max_attempts` (optional attempt
-budget) and `submission_key` (optional: the client's idempotency key, the body's form of the
-`Idempotency-Key` header) belong to the queue; every other field is the kind's payload, checked by the validator
-registered for that kind (for `charge`: reliableq/charge/payload.py). Anything refused raises
-InvalidSubmission, with a message naming the field and why. A batch is `{"jobs": [<submission>, ...]}`,
-accepted only if every submission in it is; its refusals name the job (`jobs[3]: ...`).
+A submission is a JSON object: `kind` (left out, the API's default kind: `charge` for the stock API),
+`max_attempts` (optional attempt budget) and `submission_key` (optional: the client's idempotency key,
+the body's form of the `Idempotency-Key` header) belong to the queue; every other field is the kind's
+payload, checked by the check the API's builder gave for that kind (JobKinds; for `charge`:
+reliableq/charge/payload.py). Anything refused raises InvalidSubmission, with a message naming the
+field and why. A batch is `{"jobs": [<submission>, ...]}`, accepted only if every submission in it is;
+its refusals name the job (`jobs[3]: ...`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, MAX_BATCH_JOBS
 
-DEFAULT_KIND = "charge"
 MAX_ATTEMPTS_LIMIT = 100
 MAX_SUBMISSION_KEY_CHARS = 255
 # Visible ASCII: a key travels in an HTTP header, where anything else is mangled or refused on the way.
@@ -53,10 +53,27 @@ class InvalidSubmission(ValueError):
 
 
 @dataclass(frozen=True)
+class JobKinds:
+    """The job kinds an API accepts, each with its payload check, and the kind of a submission that names
+    none (None: every submission names its kind). Given by whoever builds the API: the queue knows no kind."""
+    checks: Mapping[str, Validator]
+    default: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checks", dict(self.checks))  # as given now: later registrations change nothing
+        if self.default is not None and self.default not in self.checks:
+            raise ValueError(f"the default kind {self.default!r} is not one of the kinds {sorted(self.checks)}")
+
+    def example(self) -> str:
+        """A kind to name in a message or an example: the default, else the first by name."""
+        return self.default or min(self.checks)
+
+
+@dataclass(frozen=True)
 class Submission:
     payload: dict[str, Any]  # what the kind's handler needs
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    kind: str = DEFAULT_KIND
+    kind: str = field(kw_only=True)
     # The client's idempotency key: one job per key (within the API's window), however often it is sent.
     key: str | None = None
 
@@ -91,23 +108,25 @@ def positive_int(value: Any, name: str, limit: int) -> int:
     return value
 
 
-def parse_submission(data: Any, validators: Mapping[str, Validator]) -> Submission:
-    """Check a decoded JSON body against the envelope and its kind's validator (from `validators`, by
-    kind), and return the submission; InvalidSubmission otherwise."""
+def parse_submission(data: Any, kinds: JobKinds) -> Submission:
+    """Check a decoded JSON body against the envelope and its kind's check (from `kinds`), and return the
+    submission; InvalidSubmission otherwise."""
     if not isinstance(data, dict):
         raise InvalidSubmission('a submission must be a JSON object such as {"amount_cents": 1250}')
     fields = dict(data)
-    kind = fields.pop("kind", DEFAULT_KIND)
+    kind = fields.pop("kind", kinds.default)
+    if kind is None:
+        raise InvalidSubmission(f"kind: required; known: {', '.join(sorted(kinds.checks))}")
     if not isinstance(kind, str):
-        raise InvalidSubmission(f'kind must be text such as "{DEFAULT_KIND}", got {type(kind).__name__}')
-    if kind not in validators:
-        raise InvalidSubmission(f"kind: unknown job kind {kind[:40]!r}; known: {', '.join(sorted(validators))}")
+        raise InvalidSubmission(f'kind must be text such as "{kinds.example()}", got {type(kind).__name__}')
+    if kind not in kinds.checks:
+        raise InvalidSubmission(f"kind: unknown job kind {kind[:40]!r}; known: {', '.join(sorted(kinds.checks))}")
     key = submission_key(fields.pop("submission_key"), "submission_key") if "submission_key" in fields else None
     max_attempts = DEFAULT_MAX_ATTEMPTS
     if "max_attempts" in fields:
         max_attempts = positive_int(fields.pop("max_attempts"), "max_attempts", MAX_ATTEMPTS_LIMIT)
     try:
-        payload = validators[kind](fields)
+        payload = kinds.checks[kind](fields)
     except InvalidSubmission:
         raise
     except ValueError as error:  # a registered check speaks to the client through ValueError
@@ -154,7 +173,7 @@ def storable_text(text: str) -> bool:
     return "\x00" not in text
 
 
-def parse_batch(data: Any, validators: Mapping[str, Validator]) -> list[Submission]:
+def parse_batch(data: Any, kinds: JobKinds) -> list[Submission]:
     """Check a decoded batch body and return its submissions in order, or raise InvalidSubmission
     naming the first bad one's index: a batch is stored whole or not at all, so one bad job refuses it."""
     if not isinstance(data, dict) or set(data) != {"jobs"}:
@@ -168,7 +187,7 @@ def parse_batch(data: Any, validators: Mapping[str, Validator]) -> list[Submissi
     first_with_key: dict[str, int] = {}
     for index, job in enumerate(jobs):
         try:
-            submission = parse_submission(job, validators)
+            submission = parse_submission(job, kinds)
         except InvalidSubmission as error:
             raise InvalidSubmission(f"jobs[{index}]: {error}") from None
         if submission.key is not None:

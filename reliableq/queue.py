@@ -47,7 +47,7 @@ class Job:
     created_at: datetime
     updated_at: datetime
     finalized_at: datetime | None
-    kind: str = "charge"
+    kind: str
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
@@ -55,6 +55,13 @@ class Job:
 
     def as_json(self) -> dict[str, Any]:
         return json_row({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+def idempotency_key(kind: str, job_id: uuid.UUID) -> str:
+    """The key `jobs.idempotency_key` holds for a job (a generated column: sql/migrations/queue/0003), for
+    an answer given before its row exists: the same on every attempt and after a replay, and naming the
+    job's kind, which a kind's handler sends to the service that makes its effect."""
+    return f"reliableq:{kind}:{job_id}"
 
 
 def json_row(row: dict[str, Any]) -> dict[str, Any]:

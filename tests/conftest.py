@@ -84,7 +84,8 @@ def make_queue(pool):
 @pytest.fixture
 def submission():
     def make(amount_cents: int = 1250, max_attempts: int = 5) -> Submission:
-        return Submission(payload={"amount_cents": amount_cents, "currency": "USD"}, max_attempts=max_attempts)
+        return Submission(payload={"amount_cents": amount_cents, "currency": "USD"}, max_attempts=max_attempts,
+                          kind="charge")
     return make
 
 

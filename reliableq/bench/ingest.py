@@ -108,7 +108,7 @@ async def _submitter(system: LocalSystem, via: str, clients: int) -> _Submit:
         return _Submit(in_batches, http.close, BATCH_JOBS)
     pool = await db.open_pool_checked(system.databases.queue_url, max_size=clients, min_size=clients)
     queue = Queue(pool)
-    submission = Submission(payload=dict(PAYLOAD), max_attempts=5)
+    submission = Submission(payload=dict(PAYLOAD), max_attempts=5, kind="charge")
 
     async def direct(jobs: int) -> list[uuid.UUID]:
         return [(await queue.submit(submission)).id]

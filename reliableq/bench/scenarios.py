@@ -22,12 +22,12 @@ from reliableq.bench.results import Measured, Sample, Window, worker_time_metric
 from reliableq.bench.retention import retention
 from reliableq.bench.runner import Bench, Scenario
 from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system
-from reliableq.charge.client import idempotency_key
 from reliableq.config import Mechanisms
 from reliableq.lab import invariants
 from reliableq.lab.demo import kill_after_charge
 from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import job_counts
+from reliableq.queue import idempotency_key
 
 
 async def _drained(bench: Bench, label: str, jobs: int, workers: int, permits: int, kind: str = "charge",
@@ -136,7 +136,7 @@ async def _idempotency(bench: Bench, repeat: int) -> None:
     async def body() -> Measured:
         async with run_system(bench, f"idempotency-{repeat}") as system:
             job_id = uuid.UUID(int=bench.seed + 1)  # one job, one key, whatever the run
-            headers = {"Idempotency-Key": idempotency_key(job_id)}
+            headers = {"Idempotency-Key": idempotency_key("charge", job_id)}
             statuses: list[int] = []
             samples: list[Sample] = []
             remaining = iter(range(p.idempotency_requests))

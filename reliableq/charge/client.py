@@ -2,8 +2,8 @@
 
 Outcomes: ok, transient (never sent or refused for now), permanent (the business said no), ambiguous
 (sent, no answer: the charge may or may not exist; retry with the key). The key is the job's stable
-idempotency key, the same on every attempt and after a replay (the queue's schema stores the same
-value in `jobs.idempotency_key`). This module does not decide retries; the worker does.
+idempotency key (`jobs.idempotency_key`, 'reliableq:charge:<job id>'), the same on every attempt and
+after a replay. This module does not decide retries; the worker does.
 """
 
 from __future__ import annotations
@@ -17,14 +17,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
-
-KEY_PREFIX = "reliableq:charge:"
-
-
-def idempotency_key(job_id: uuid.UUID | str) -> str:
-    """The stable key of a job's charge: the same on every attempt and after a replay."""
-    return f"{KEY_PREFIX}{job_id}"
-
 
 TRANSIENT_STATUS = frozenset({408, 429})
 # The longest Retry-After taken at its word: a service asking for days is misconfigured, and a job held
@@ -83,8 +75,10 @@ class ChargeClient:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside the running loop
 
-    async def charge(self, job_id: uuid.UUID, payload: dict[str, Any]) -> ChargeOutcome:
-        headers = {"Idempotency-Key": idempotency_key(job_id)} if self.send_idempotency_key else {}
+    async def charge(self, job_id: uuid.UUID, payload: dict[str, Any], key: str) -> ChargeOutcome:
+        """Charge `payload` for the job, under its idempotency `key` (sent unless send_idempotency_key is
+        off: the stage that shows what the key is for)."""
+        headers = {"Idempotency-Key": key} if self.send_idempotency_key else {}
         body = {"job_id": str(job_id), **payload}
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self._max_connections))

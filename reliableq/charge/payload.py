@@ -28,6 +28,7 @@ CHARGE_PAYLOAD_SCHEMA = {
     },
     "required": ["amount_cents"],
     "additionalProperties": False,
+    "example": {"amount_cents": 1250, "currency": "USD"},
 }
 
 

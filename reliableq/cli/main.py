@@ -13,7 +13,7 @@ import sys
 import reliableq_stages
 from reliableq import db
 from reliableq.bench.scenarios import SCENARIOS
-from reliableq.charge.handler import STANDARD_VALIDATORS
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import (
     UsageError,
@@ -38,7 +38,7 @@ from reliableq.lab.chaos import ChaosConfig
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS
 from reliableq.lab.faults import API_KILL_POINTS, CRASH_POINTS
 from reliableq.lab.places import WORKSPACE_VARIABLE
-from reliableq.payload import DEFAULT_KIND, InvalidSubmission
+from reliableq.payload import InvalidSubmission
 from reliableq.queue import STATUSES
 from reliableq.retention import DEFAULT_PRUNE_BATCH, MAX_PRUNE_BATCH
 
@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", help="submit a job, a charge unless --kind says otherwise (straight to the "
                                       "database, or through --api-url)")
-    p.add_argument("--kind", default=DEFAULT_KIND, choices=sorted(STANDARD_VALIDATORS),
-                   help=f"the job's kind (default {DEFAULT_KIND})")
+    p.add_argument("--kind", default=STANDARD_KINDS.default, choices=sorted(STANDARD_KINDS.checks),
+                   help=f"the job's kind (default {STANDARD_KINDS.default})")
     p.add_argument("--amount", type=int, help="amount in cents (a charge requires it)")
     p.add_argument("--currency", help="a charge's currency (default USD)")
     p.add_argument("--description")

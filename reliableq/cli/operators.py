@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from reliableq import db
-from reliableq.charge.handler import STANDARD_VALIDATORS
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.cli.arguments import UsageError, print_json, run_coroutine, seconds_from
 from reliableq.payload import parse_submission
 
@@ -22,7 +22,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     given = {"kind": args.kind, "amount_cents": args.amount, "currency": args.currency,
              "description": args.description, "max_attempts": args.max_attempts}
     body: dict[str, Any] = {field: value for field, value in given.items() if value is not None}
-    submission = parse_submission(body, STANDARD_VALIDATORS)
+    submission = parse_submission(body, STANDARD_KINDS)
     if args.api_url:
         import httpx
         try:

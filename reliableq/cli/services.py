@@ -58,6 +58,7 @@ def _serve(app, name: str, host: str, port: int, detail: str = "") -> int:
 
 def cmd_api(args: argparse.Namespace) -> int:
     from reliableq.api import create_api_app
+    from reliableq.charge.handler import STANDARD_KINDS
     mechanisms_from(args)
     token = args.token or os.environ.get("RELIABLEQ_API_TOKEN")
     if args.host not in LOOPBACK and not token:
@@ -71,8 +72,8 @@ def cmd_api(args: argparse.Namespace) -> int:
     faults = FaultPlan()
     if args.crash_at:
         faults.arm_crash(args.crash_at, real_kill=True)
-    app = create_api_app(databases.queue_url, mechanisms, faults, api_token=token, db_timeout=db_timeout,
-                         key_window=key_window)
+    app = create_api_app(databases.queue_url, mechanisms, faults, api_token=token, kinds=STANDARD_KINDS,
+                         db_timeout=db_timeout, key_window=key_window)
     return _serve(app, "API", args.host, args.port, f" ({mechanisms.describe()})")
 
 

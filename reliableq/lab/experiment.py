@@ -139,7 +139,7 @@ class Experiment:
         ids = []
         for i in range(self.params.jobs):
             job_id = uuid.uuid5(_JOB_NAMESPACE, f"{self.stage}/{self.params.seed}/{i}")
-            submission = Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts)
+            submission = Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts, kind="charge")
             await self.system.submit_direct(submission, job_id)
             ids.append(job_id)
         self._submitted(ids)

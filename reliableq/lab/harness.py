@@ -28,7 +28,7 @@ from reliableq import db, scratch, sql
 from reliableq.api import create_api_app
 from reliableq.cancelling import cancel_and_wait, to_thread_to_its_end
 from reliableq.charge.client import ChargeClient
-from reliableq.charge.handler import standard_handlers
+from reliableq.charge.handler import STANDARD_KINDS, standard_handlers
 from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry
@@ -243,6 +243,7 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
                 charge_url = await _serve_in_thread(stack, app)
             if api:
                 api_url = await _serve_in_thread(stack, create_api_app(databases.queue_url, mechanisms, api_faults,
+                                                                        kinds=STANDARD_KINDS,
                                                                         order=pieces.submission_order))
         else:
             # One after the other: a server that fails to start is killed by spawn_server, and every

@@ -14,10 +14,12 @@ import psycopg
 import pytest
 
 from reliableq.api import HEALTH_PATHS, create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES, Mechanisms
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import local_system
 from reliableq.lab.waiting import wait_until
+from reliableq.payload import JobKinds
 from tests.conftest import serve
 
 # Marked here, at collection, so that parametrized async tests keep their parameters (the conftest's
@@ -35,7 +37,7 @@ DEADLINE_SECONDS = 2.0
 @pytest.fixture
 async def api(databases) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the real API (all mechanisms on) over the test's queue database."""
-    async with serve(create_api_app(databases.queue_url)) as client:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as client:
         yield client
 
 
@@ -99,7 +101,8 @@ async def test_202_means_the_job_is_already_visible_from_another_connection(api,
 async def test_concurrent_submissions_sharing_commits_are_each_visible_at_their_202(databases):
     """Forty submissions at once, more than the commits the API runs side by side, so they share
     inserts: still, when each 202 arrives, another connection can already see that job."""
-    async with serve(create_api_app(databases.queue_url, pool_size=2)) as api:  # one commit in flight
+    # pool_size 2: one commit in flight.
+    async with serve(create_api_app(databases.queue_url, pool_size=2, kinds=STANDARD_KINDS)) as api:
         async def submit(amount: int) -> bool:
             response = await api.post("/v1/jobs", json={"amount_cents": amount})
             assert response.status_code == 202, response.text
@@ -118,6 +121,20 @@ async def test_202_body_carries_id_status_and_stable_idempotency_key(api, databa
                           "SELECT status, idempotency_key, payload, max_attempts FROM jobs WHERE id = %s", (job_id,))
     assert row == ("PENDING", accepted["idempotency_key"],
                    {"amount_cents": 4200, "currency": "EUR", "description": "order 17"}, 3)
+
+
+async def test_a_noop_jobs_key_names_its_kind_not_the_charge(api, databases):
+    """The key names the job's kind (the core knows no charge): a noop job's says noop, in its 202 and
+    in its row, in the order that answers before the row exists too."""
+    response = await api.post("/v1/jobs", json={"kind": "noop"})
+    job_id = response.json()["id"]
+    assert response.json()["idempotency_key"] == f"reliableq:noop:{job_id}"
+    assert await fetch_one(databases.queue_url, "SELECT idempotency_key FROM jobs WHERE id = %s", (job_id,)) == (
+        f"reliableq:noop:{job_id}",)
+    async with serve(create_api_app(databases.queue_url, Mechanisms(commit_before_ack=False),
+                                    kinds=STANDARD_KINDS)) as naive:
+        early = (await naive.post("/v1/jobs", json={"kind": "noop"})).json()
+    assert early["idempotency_key"] == f"reliableq:noop:{early['id']}"
 
 
 async def test_ack_before_commit_acknowledges_a_job_nobody_can_see(databases):
@@ -297,20 +314,27 @@ async def test_each_job_is_stored_with_its_kind(api, databases):
 
 async def test_an_api_accepts_the_kinds_it_was_given(databases):
     """A kind registered with its own check is accepted and checked by it; the stock kinds it was not
-    given are refused."""
+    given are refused; with no default kind, a submission must name one. The job's idempotency key
+    names its kind, in the 202 and in its row (the queue knows no kind of its own)."""
     def positive_n(payload: dict) -> dict:
         if not isinstance(payload.get("n"), int) or payload["n"] < 1:
             raise ValueError("n must be a positive integer")
         return payload
 
-    async with serve(create_api_app(databases.queue_url, kinds={"count": positive_n})) as api:
+    async with serve(create_api_app(databases.queue_url, kinds=JobKinds({"count": positive_n}))) as api:
         accepted = await api.post("/v1/jobs", json={"kind": "count", "n": 3})
         refused = await api.post("/v1/jobs", json={"kind": "count", "n": 0})
-        charge = await api.post("/v1/jobs", json={"amount_cents": 1250})
+        charge = await api.post("/v1/jobs", json={"kind": "charge", "amount_cents": 1250})
+        unnamed = await api.post("/v1/jobs", json={"n": 3})
     assert refused.status_code == 422 and refused.json()["error"] == "n must be a positive integer"
     assert charge.status_code == 422 and charge.json()["error"] == "kind: unknown job kind 'charge'; known: count"
+    assert unnamed.status_code == 422 and unnamed.json()["error"] == "kind: required; known: count"
     assert accepted.status_code == 202, accepted.text
+    job_id = accepted.json()["id"]
+    assert accepted.json()["idempotency_key"] == f"reliableq:count:{job_id}"
     assert await stored_kinds(databases.queue_url, [accepted.json()]) == [("count", {"n": 3})]
+    assert await fetch_one(databases.queue_url, "SELECT idempotency_key FROM jobs WHERE id = %s", (job_id,)) == (
+        f"reliableq:count:{job_id}",)
     assert await stored_rows(databases.queue_url) == (1, 1)
 
 
@@ -356,7 +380,7 @@ async def test_bad_submission_is_refused_with_a_clear_4xx_and_stores_nothing(dat
     # json.dumps escapes NUL and lone surrogates (\\u0000, \\ud800), as any JSON client may send them.
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     # The server is stopped before asserting, so a 500's traceback is logged by then (see serve()).
-    async with serve(create_api_app(databases.queue_url)) as api:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as api:
         response = await api.post(path, content=content, headers={"Content-Type": "application/json"})
     assert response.status_code == status_code, response.text
     error = response.json()["error"]
@@ -593,7 +617,7 @@ async def test_liveness_is_200_without_asking_the_database(api):
 @pytest.fixture
 async def guarded_api(databases) -> AsyncIterator[httpx.AsyncClient]:
     """The API requiring the bearer token s3cret."""
-    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as client:
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret", kinds=STANDARD_KINDS)) as client:
         yield client
 
 
@@ -611,7 +635,7 @@ async def test_missing_or_wrong_token_is_401_and_stores_nothing(databases, autho
     """Without the right bearer token every /v1 route answers 401 and nothing is stored."""
     headers = {} if authorization is None else {"Authorization": authorization}
     answers = []
-    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as api:
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret", kinds=STANDARD_KINDS)) as api:
         for method, path in (("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("GET", "/v1/jobs"),
                              ("GET", f"/v1/jobs/{uuid.uuid4()}"), ("POST", f"/v1/jobs/{uuid.uuid4()}/replay")):
             response = await api.request(method, path, json={"amount_cents": 1250}, headers=headers)
@@ -636,7 +660,7 @@ async def test_right_token_is_accepted_and_health_checks_stay_open(guarded_api, 
 
 async def test_an_integer_too_long_to_convert_is_invalid_json_not_a_500(databases):
     """Python refuses to convert a 5000-digit integer; that is bad input (400), and nothing is stored."""
-    async with serve(create_api_app(databases.queue_url)) as client:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as client:
         response = await client.post("/v1/jobs", content=b'{"amount_cents": ' + b"1" * 5000 + b"}",
                                      headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and "invalid JSON" in response.json()["error"]

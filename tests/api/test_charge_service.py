@@ -18,9 +18,11 @@ import psycopg
 import pytest
 
 from reliableq.api import create_api_app
-from reliableq.charge.client import ChargeClient, idempotency_key
+from reliableq.charge.client import ChargeClient
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.charge.service import ChargeFaults, create_charge_app
 from reliableq.lab.waiting import wait_until
+from reliableq.queue import idempotency_key
 from reliableq.servers import LoopbackServer
 from tests.conftest import serve
 
@@ -30,6 +32,12 @@ pytestmark = pytest.mark.anyio
 
 DEADLINE_SECONDS = 2.0
 CHARGE = {"amount_cents": 1250, "currency": "USD"}
+
+
+async def charge_a_new_job(client: ChargeClient, payload: dict):
+    """The client's charge for a job of its own, under that job's key."""
+    job_id = uuid.uuid4()
+    return await client.charge(job_id, payload, idempotency_key("charge", job_id))
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -66,7 +74,7 @@ def charge_body(job_id: uuid.UUID | str, **overrides: Any) -> dict[str, Any]:
 
 
 def key_header(job_id: uuid.UUID | str) -> dict[str, str]:
-    return {"Idempotency-Key": idempotency_key(job_id)}
+    return {"Idempotency-Key": idempotency_key("charge", job_id)}
 
 
 def job_whose_faults_are(faults: ChargeFaults, *sequence: str | None) -> uuid.UUID:
@@ -101,10 +109,10 @@ async def test_concurrent_requests_with_one_key_create_exactly_one_charge(databa
     assert [answer["replayed"] for answer in answers].count(False) == 1
     created = next(a for a, r in zip(answers, responses, strict=True) if r.status_code == 201)
     assert created["replayed"] is False
-    assert all(a["idempotency_key"] == idempotency_key(job_id) for a in answers)
+    assert all(a["idempotency_key"] == idempotency_key("charge", job_id) for a in answers)
 
     rows = await query(databases.charge_url, "SELECT id, job_id, amount_cents, idempotency_key FROM charges")
-    assert rows == [(uuid.UUID(created["charge_id"]), job_id, 1250, idempotency_key(job_id))]
+    assert rows == [(uuid.UUID(created["charge_id"]), job_id, 1250, idempotency_key("charge", job_id))]
     outcomes = await query(databases.charge_url,
                            "SELECT outcome, count(*) FROM charge_requests GROUP BY outcome ORDER BY outcome")
     assert outcomes == [("created", 1), ("replayed", 19)]
@@ -135,7 +143,7 @@ async def test_without_a_key_every_request_creates_a_charge(databases):
         assert [r.status_code for r in responses] == [201, 201]
         assert responses[0].json()["charge_id"] != responses[1].json()["charge_id"]
         async with charge_client(str(http.base_url), send_idempotency_key=False) as client:
-            outcome = await client.charge(job_id, CHARGE)
+            outcome = await client.charge(job_id, CHARGE, idempotency_key("charge", job_id))
         assert (outcome.kind, outcome.status_code) == ("ok", 201)
     rows = await query(databases.charge_url, "SELECT job_id, idempotency_key FROM charges")
     assert rows == [(job_id, None)] * 3
@@ -189,7 +197,7 @@ async def test_transient_fault_is_503_and_classified_transient(databases):
     """transient_rate=1.0 answers 503 before doing anything; the client calls it transient."""
     async with charge_service(databases, ChargeFaults(transient_rate=1.0)) as http:
         async with charge_client(str(http.base_url)) as client:
-            outcome = await client.charge(uuid.uuid4(), CHARGE)
+            outcome = await charge_a_new_job(client, CHARGE)
     assert (outcome.kind, outcome.status_code) == ("transient", 503)
     assert "transient" in outcome.detail
     assert await count(databases.charge_url, "charges") == 0
@@ -200,7 +208,7 @@ async def test_permanent_fault_is_422_and_classified_permanent(databases):
     """permanent_rate=1.0 answers 422; the client calls it permanent (retrying will not help)."""
     async with charge_service(databases, ChargeFaults(permanent_rate=1.0)) as http:
         async with charge_client(str(http.base_url)) as client:
-            outcome = await client.charge(uuid.uuid4(), CHARGE)
+            outcome = await charge_a_new_job(client, CHARGE)
     assert (outcome.kind, outcome.status_code) == ("permanent", 422)
     assert await count(databases.charge_url, "charges") == 0
 
@@ -209,7 +217,7 @@ async def test_declined_amount_is_permanent(databases):
     """An amount over the business limit is declined with 422, classified permanent, and not charged."""
     async with charge_service(databases, ChargeFaults(decline_over_cents=1000)) as http:
         async with charge_client(str(http.base_url)) as client:
-            outcome = await client.charge(uuid.uuid4(), {"amount_cents": 1001, "currency": "USD"})
+            outcome = await charge_a_new_job(client, {"amount_cents": 1001, "currency": "USD"})
     assert (outcome.kind, outcome.status_code) == ("permanent", 422)
     assert "declined" in outcome.detail
     assert await count(databases.charge_url, "charges") == 0
@@ -221,17 +229,17 @@ async def test_lost_response_is_ambiguous_while_the_charge_is_committed(database
     job_id = job_whose_faults_are(faults, "lost_response", None)
     async with charge_service(databases, faults) as http:
         async with charge_client(str(http.base_url), timeout_seconds=0.3) as client:
-            lost = await client.charge(job_id, CHARGE)
+            lost = await client.charge(job_id, CHARGE, idempotency_key("charge", job_id))
             assert (lost.kind, lost.status_code, lost.charge_id) == ("ambiguous", None, None)
 
             async def committed() -> bool:
                 return await count(databases.charge_url, "charges") == 1
             await wait_until(committed, DEADLINE_SECONDS, "the charge row to be committed")
 
-            retried = await client.charge(job_id, CHARGE)
+            retried = await client.charge(job_id, CHARGE, idempotency_key("charge", job_id))
     assert (retried.kind, retried.status_code) == ("ok", 200)
     [(charge_id, key)] = await query(databases.charge_url, "SELECT id, idempotency_key FROM charges")
-    assert (retried.charge_id, key) == (str(charge_id), idempotency_key(job_id))
+    assert (retried.charge_id, key) == (str(charge_id), idempotency_key("charge", job_id))
 
 
 async def test_lost_response_rate_one_is_ambiguous_with_the_row_committed(databases):
@@ -239,7 +247,7 @@ async def test_lost_response_rate_one_is_ambiguous_with_the_row_committed(databa
     job_id = uuid.uuid4()
     async with charge_service(databases, ChargeFaults(lost_response_rate=1.0, hang_seconds=2)) as http:
         async with charge_client(str(http.base_url), timeout_seconds=0.3) as client:
-            outcome = await client.charge(job_id, CHARGE)
+            outcome = await client.charge(job_id, CHARGE, idempotency_key("charge", job_id))
         assert outcome.kind == "ambiguous"
 
         async def committed() -> bool:
@@ -251,7 +259,7 @@ async def test_injected_timeout_is_ambiguous_and_charges_nothing(databases):
     """timeout_rate=1.0 hangs before doing anything: ambiguous to the client, and no charge exists."""
     async with charge_service(databases, ChargeFaults(timeout_rate=1.0, hang_seconds=2)) as http:
         async with charge_client(str(http.base_url), timeout_seconds=0.3) as client:
-            outcome = await client.charge(uuid.uuid4(), CHARGE)
+            outcome = await charge_a_new_job(client, CHARGE)
     assert outcome.kind == "ambiguous"
     assert await count(databases.charge_url, "charges") == 0
     assert await query(databases.charge_url, "SELECT outcome FROM charge_requests") == [("injected_timeout",)]
@@ -260,7 +268,7 @@ async def test_injected_timeout_is_ambiguous_and_charges_nothing(databases):
 async def test_unreachable_service_is_transient():
     """Nothing listening on the port: the request never went out, so the outcome is transient."""
     async with charge_client(f"http://127.0.0.1:{closed_port()}", timeout_seconds=0.5) as client:
-        outcome = await client.charge(uuid.uuid4(), CHARGE)
+        outcome = await charge_a_new_job(client, CHARGE)
     assert outcome.kind == "transient"
     assert outcome.status_code is None
     assert "unreachable" in outcome.detail
@@ -301,7 +309,7 @@ async def test_requests_over_capacity_are_refused_with_503(databases):
     faults = ChargeFaults(capacity=2, latency_seconds=0.3)
     async with charge_service(databases, faults) as http:
         async with charge_client(str(http.base_url)) as client:
-            outcomes = await asyncio.gather(*(client.charge(uuid.uuid4(), CHARGE) for _ in range(6)))
+            outcomes = await asyncio.gather(*(charge_a_new_job(client, CHARGE) for _ in range(6)))
         stats = (await http.get("/v1/stats")).json()
 
     served = [o for o in outcomes if o.kind == "ok"]
@@ -370,7 +378,7 @@ async def test_a_non_object_json_answer_is_classified_not_a_crash():
     url = await asyncio.to_thread(server.start)
     client = ChargeClient(url, timeout_seconds=2)
     try:
-        outcome = await client.charge(uuid.uuid4(), {"amount_cents": 1, "currency": "USD"})
+        outcome = await charge_a_new_job(client, {"amount_cents": 1, "currency": "USD"})
     finally:
         await client.aclose()
         await asyncio.to_thread(server.stop)
@@ -385,7 +393,7 @@ async def test_a_non_object_json_answer_is_classified_not_a_crash():
 async def test_a_currency_the_api_refuses_the_charge_service_refuses_too(databases, currency):
     """One rule for the field (reliableq/charge/payload.py), so no job the API accepts goes DEAD at the
     service over its payload: each hostile spelling is refused by both, and neither stores anything."""
-    async with serve(create_api_app(databases.queue_url)) as api:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as api:
         submitted = await api.post("/v1/jobs", json={"amount_cents": 1250, "currency": currency})
     async with charge_service(databases) as http:
         charged = await http.post("/v1/charges", json=charge_body(_JOB, currency=currency), headers=key_header(_JOB))

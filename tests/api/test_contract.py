@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from reliableq.api import HEALTH_PATHS, create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.servers import LoopbackServer
 from tests.api.contract_hooks import one_key
 from tests.api.test_api import make_dead
@@ -35,7 +36,7 @@ SEED = 1  # the command-line run's: its cases are the same on every run
 
 @pytest.fixture
 def api_url(databases):
-    with LoopbackServer(create_api_app(databases.queue_url)) as server:
+    with LoopbackServer(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as server:
         yield server.url
 
 
@@ -113,7 +114,7 @@ def test_schemathesis_run_with_every_check_finds_nothing(api_url, tmp_path):
 async def test_answers_made_up_ids_never_reach_are_as_documented(databases, make_queue):
     """A stored job's details (200), replaying a job that is not DEAD (409) and one that is (200), and every
     route but the health probes without the bearer token (401): each a status the document lists, in its schema."""
-    async with serve(create_api_app(databases.queue_url, api_token="s3cret")) as client:
+    async with serve(create_api_app(databases.queue_url, api_token="s3cret", kinds=STANDARD_KINDS)) as client:
         signed = {"Authorization": "Bearer s3cret"}
         document = (await client.get("/openapi.json", headers=signed)).json()
         job_id = (await client.post("/v1/jobs", json={"amount_cents": 1250}, headers=signed)).json()["id"]

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from reliableq.api import create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.metrics import JOB_COUNT_SECONDS
 from reliableq.queue import Queue
 from tests.conftest import serve
@@ -31,8 +32,8 @@ async def test_each_app_counts_what_it_acknowledged_in_its_own_registry(database
     every route but the health probes (a scraper sends it as any client does). One shared registry
     would refuse the second app's counter."""
     token = {"Authorization": "Bearer s3cret"}
-    async with (serve(create_api_app(databases.queue_url)) as first,
-                serve(create_api_app(databases.queue_url, api_token="s3cret")) as second):
+    async with (serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as first,
+                serve(create_api_app(databases.queue_url, api_token="s3cret", kinds=STANDARD_KINDS)) as second):
         assert (await first.post("/v1/jobs", json={"amount_cents": 100})).status_code == 202
         batch = {"jobs": [{"amount_cents": 200}, {"amount_cents": 300}]}
         assert (await second.post("/v1/jobs/batch", json=batch, headers=token)).status_code == 202
@@ -53,7 +54,7 @@ async def test_each_app_counts_what_it_acknowledged_in_its_own_registry(database
 async def test_a_locked_jobs_table_costs_the_scrape_its_counts_not_its_answer(databases, pool):
     """While another session holds the jobs table locked, an unbounded count waits as long as the lock
     is held; /metrics answers within its bound, without the reliableq_jobs series, the rest intact."""
-    async with serve(create_api_app(databases.queue_url)) as api:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as api:
         assert (await api.post("/v1/jobs", json={"amount_cents": 100})).status_code == 202
         async with await psycopg.AsyncConnection.connect(databases.queue_url) as holder:
             await holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")  # until this transaction ends

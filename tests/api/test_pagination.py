@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from reliableq.api import create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from tests.api.test_api import submit
 from tests.conftest import serve
 
@@ -25,7 +26,7 @@ PAGE = 250
 
 @pytest.fixture
 async def api(databases) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(create_api_app(databases.queue_url)) as client:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as client:
         yield client
 
 

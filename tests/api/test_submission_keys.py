@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from reliableq.api import create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.payload import MAX_SUBMISSION_KEY_CHARS
 from tests.conftest import serve
 
@@ -24,7 +25,7 @@ CHARGE = {"amount_cents": 1250, "currency": "USD"}
 
 @pytest.fixture
 async def api(databases) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(create_api_app(databases.queue_url)) as client:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as client:
         yield client
 
 
@@ -140,7 +141,7 @@ async def test_a_key_in_the_body_works_as_the_header_does(api, databases):
 
 
 async def test_a_key_older_than_the_window_names_a_new_job(databases):
-    async with serve(create_api_app(databases.queue_url, key_window=60)) as api:
+    async with serve(create_api_app(databases.queue_url, key_window=60, kinds=STANDARD_KINDS)) as api:
         first = (await post(api, CHARGE, "old")).json()["id"]
         async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as conn:
             await conn.execute("UPDATE job_submission_keys SET created_at = now() - interval '61 seconds'")

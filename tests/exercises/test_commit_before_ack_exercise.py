@@ -19,6 +19,7 @@ from dataclasses import replace
 import pytest
 
 from reliableq import acknowledgement, api
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.lab.exercises import commit_before_ack as exercise
 from reliableq.lab.exercises.checker import Outcome, check
 from reliableq.lab.exercises.learner_code import LearnerError
@@ -203,7 +204,7 @@ async def test_the_api_answers_a_learners_broken_accept_with_a_json_500_not_a_ha
     kept, at the learner's line, for the check to say."""
     for text, said in BROKEN_IN_THE_API:
         order = replace(exercise.load(text).submission_order, deadline_seconds=0.5)
-        async with serve(api.create_api_app(databases.queue_url, order=order)) as client:
+        async with serve(api.create_api_app(databases.queue_url, order=order, kinds=STANDARD_KINDS)) as client:
             response = await client.post("/v1/jobs", json={"amount_cents": 1250})
         assert response.status_code == 500 and said in response.json()["error"], (text, response.text)
         assert all(str(error).startswith("commit_before_ack.py, line ") for error in order.errors)

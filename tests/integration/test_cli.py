@@ -21,6 +21,7 @@ import pytest
 
 from reliableq import db
 from reliableq.api import create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.cli.main import main
 from reliableq.lab.scenario import LINE_WIDTH
 from reliableq.lab.waiting import wait_until
@@ -149,7 +150,7 @@ def in_process(args: list[str], capsys, monkeypatch) -> subprocess.CompletedProc
 def test_submit_through_an_api_that_wants_a_token(databases, capsys, monkeypatch):
     """--api-url with the token from --token or RELIABLEQ_API_TOKEN stores the job through the API (the
     database itself is unreachable from the command); without it, one line with the API's 401."""
-    server = LoopbackServer(create_api_app(databases.queue_url, api_token="s3cret"))
+    server = LoopbackServer(create_api_app(databases.queue_url, api_token="s3cret", kinds=STANDARD_KINDS))
     url = server.start()
     try:
         refused = in_process(["submit", "--amount", "500", "--api-url", url], capsys, monkeypatch)

@@ -103,7 +103,7 @@ async def _fleet_run(databases, fleet_args: list[str], tmp_path) -> tuple[int, l
     async with local_system(databases=databases, servers="processes", api=False, charge_args=["--latency", "0.3"],
                             worker_pool_size=0, logs=tmp_path) as system:
         for i in range(12):
-            await system.submit_direct(Submission({"amount_cents": 100 + i, "currency": "USD"}))
+            await system.submit_direct(Submission({"amount_cents": 100 + i, "currency": "USD"}, kind="charge"))
         args = ["--concurrency", "3", *fleet_args]
         doomed = system.spawn_worker("doomed", 1.0, *args, "--crash-at", "after_effect_before_finalize")
         # The doomed worker must hold slots when it dies: the others start once it has claimed.

@@ -16,7 +16,7 @@ from reliableq.lab.harness import local_system
 from reliableq.lab.pieces import LEARNER_STATEMENT_SECONDS, SHIPPED, Pieces
 from reliableq.payload import Submission
 
-CHARGE = Submission(payload={"amount_cents": 1250, "currency": "USD"})
+CHARGE = Submission(payload={"amount_cents": 1250, "currency": "USD"}, kind="charge")
 
 
 async def test_a_timed_out_wait_says_which_jobs_wait_and_what_holds_them(databases):

@@ -25,6 +25,7 @@ import pytest
 
 from reliableq import db
 from reliableq.api import create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry, noop
 from reliableq.lab.waiting import wait_until
@@ -136,7 +137,7 @@ async def test_an_outage_is_answered_503_at_once_and_submissions_resume_within_a
     """Stopped: POST /v1/jobs is 503 with Retry-After within --db-timeout and stores nothing; /health/live
     200 and /health/ready 503 within a second. Started again: a submission is accepted within ~1 s."""
     stored_before = count_jobs(own_server.url)
-    async with serve(create_api_app(own_server.url, db_timeout=DB_TIMEOUT_SECONDS)) as api:
+    async with serve(create_api_app(own_server.url, db_timeout=DB_TIMEOUT_SECONDS, kinds=STANDARD_KINDS)) as api:
         assert (await api.post("/v1/jobs", json=CHARGE)).status_code == 202
         own_server.stop()
         try:
@@ -220,7 +221,7 @@ async def test_a_hung_database_is_answered_503_within_db_timeout_and_the_api_res
     with Retry-After within --db-timeout; /health/live 200 and /health/ready 503 within a second. Thawed:
     the same requests are answered right within about a second, and every hung-up connection was
     discarded, none lent again in the middle of its statement."""
-    app = create_api_app(own_server.url, db_timeout=DB_TIMEOUT_SECONDS)
+    app = create_api_app(own_server.url, db_timeout=DB_TIMEOUT_SECONDS, kinds=STANDARD_KINDS)
     async with serve(app) as api:
         job_id = (await api.post("/v1/jobs", json=CHARGE)).json()["id"]
         stored_before = count_jobs(own_server.url)

@@ -30,7 +30,7 @@ async def sigterm_during_charge(databases, tmp_path: Path, latency: float, grace
     """One job, a worker process in the middle of its charge, then SIGTERM; returns what followed."""
     async with local_system(databases=databases, charge_faults=ChargeFaults(latency_seconds=latency), api=False,
                             worker_pool_size=0, logs=tmp_path) as system:
-        job = await system.submit_direct(Submission(payload={"amount_cents": 1250, "currency": "USD"}))
+        job = await system.submit_direct(Submission(payload={"amount_cents": 1250, "currency": "USD"}, kind="charge"))
         worker = system.spawn_worker("worker", 5.0, "--grace", grace, *extra)
 
         async def running() -> bool:
@@ -94,7 +94,7 @@ async def test_sigterm_past_grace_leaves_the_job_to_its_lease(databases, tmp_pat
 async def test_crash_at_kills_the_worker_after_the_charge(databases, tmp_path):
     """--crash-at after_effect_before_finalize SIGKILLs the worker once the charge is committed."""
     async with local_system(databases=databases, api=False, worker_pool_size=0, logs=tmp_path) as system:
-        job = await system.submit_direct(Submission(payload={"amount_cents": 1250, "currency": "USD"}))
+        job = await system.submit_direct(Submission(payload={"amount_cents": 1250, "currency": "USD"}, kind="charge"))
         worker = system.spawn_worker("worker", 5.0, "--crash-at", "after_effect_before_finalize")
         returncode = await processes.wait_exit(worker, 30)
         after = await system.queue.get(job.id)

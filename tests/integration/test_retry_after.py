@@ -35,7 +35,8 @@ async def first_retry_delay(databases, retry_after: int | None, mechanisms: Mech
     every request with 503 (and `retry_after`)."""
     faults = ChargeFaults(transient_rate=1.0, retry_after_seconds=retry_after)
     async with local_system(mechanisms, charge_faults=faults, databases=databases, api=False) as system:
-        job = await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=10))
+        job = await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=10,
+                                                    kind="charge"))
         system.start_worker(system.worker(fast_settings()))
 
         async def retried_once() -> bool:
@@ -63,7 +64,8 @@ async def test_with_backoff_off_nothing_waits_not_even_for_retry_after(databases
     faults = ChargeFaults(transient_rate=1.0, retry_after_seconds=5)
     async with local_system(Mechanisms(backoff=False), charge_faults=faults, databases=databases,
                             api=False) as system:
-        job = await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=3))
+        job = await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=3,
+                                                    kind="charge"))
         system.start_worker(system.worker(fast_settings()))
         await system.wait_settled([job.id], timeout=10)
         await system.stop_workers()

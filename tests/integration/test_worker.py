@@ -321,7 +321,8 @@ async def test_transient_failures_are_retried_until_charged_once(databases):
 
     async with local_system(charge_faults=faults, databases=databases) as system:
         for job_id in ids:
-            await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=20), job_id)
+            charge = Submission({"amount_cents": 1250, "currency": "USD"}, max_attempts=20, kind="charge")
+            await system.submit_direct(charge, job_id)
         worker = system.worker(fast_settings())
         system.start_worker(worker)
         await system.wait_settled(timeout=20)
@@ -402,7 +403,7 @@ async def test_ambiguous_outcome_retried_safely_with_the_same_key(databases):
                 and ChargeFaults(lost_response_rate=0.5, seed=s).draw(str(job_id), 1) is None)
     faults = ChargeFaults(lost_response_rate=0.5, hang_seconds=2, seed=seed)
     async with local_system(charge_faults=faults, databases=databases) as system:
-        await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}), job_id)
+        await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, kind="charge"), job_id)
         worker = system.worker(fast_settings(charge_timeout_seconds=0.3))
         system.start_worker(worker)
         job = await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=10)

@@ -130,7 +130,7 @@ async def test_an_unnumbered_database_with_jobs_upgrades_to_a_fresh_one(commit, 
             (claimed,) = await queue.claim(1, "new-worker", 30.0)
             assert str(claimed.id) == JOB_PENDING and claimed.attempts == 1
             assert await queue.succeed(claimed)
-            submitted = await queue.submit(Submission(payload={"amount_cents": 5, "currency": "USD"}))
+            submitted = await queue.submit(Submission(payload={"amount_cents": 5, "currency": "USD"}, kind="charge"))
             assert submitted.status == "PENDING"
         finally:
             await pool.close()
@@ -151,11 +151,33 @@ def test_an_unnumbered_charge_database_upgrades_to_a_fresh_one():
         assert rows(url, "SELECT to_jsonb(c) FROM charges c") == charges
 
 
+def test_a_jobs_key_names_its_kind_after_the_upgrade_and_a_charges_key_is_unchanged(monkeypatch):
+    """A database of the release before migration 3 (keys said 'charge' of every job), holding a charge
+    job mid-retry and a noop job, upgraded: the charge job's key is the same text, so the charge its
+    first attempt made is still found by its next one; the noop job's key now names noop."""
+    every = sql.migrations("queue")
+    with scratch.empty_database("rq_test_keys") as url:
+        monkeypatch.setattr(sql, "migrations", lambda database: every[:2])
+        db.apply_schema(url, "queue")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"INSERT INTO jobs (id, kind, payload, attempts) VALUES "
+                         f"('{JOB_PENDING}', 'charge', '{{\"amount_cents\": 5}}', 1), "
+                         f"('{JOB_SUCCEEDED}', 'noop', '{{}}', 0)")
+        before = dict(rows(url, "SELECT jsonb_build_array(kind, idempotency_key) FROM jobs ORDER BY kind"))
+        monkeypatch.setattr(sql, "migrations", lambda database: every)
+
+        assert [m.name for m in db.apply_schema(url, "queue")] == ["0003_key_names_its_kind"]
+
+        after = dict(rows(url, "SELECT jsonb_build_array(kind, idempotency_key) FROM jobs ORDER BY kind"))
+        assert before == {"charge": f"reliableq:charge:{JOB_PENDING}", "noop": f"reliableq:charge:{JOB_SUCCEEDED}"}
+        assert after == {"charge": f"reliableq:charge:{JOB_PENDING}", "noop": f"reliableq:noop:{JOB_SUCCEEDED}"}
+
+
 def test_migrating_twice_applies_nothing_the_second_time():
     """A new database gets every migration, recorded one row each; the second run applies none."""
     with scratch.empty_database("rq_test_twice") as url:
         first = db.apply_schema(url, "queue")
-        assert [m.number for m in first] == [1, 2]
+        assert [m.number for m in first] == [m.number for m in sql.migrations("queue")]
         assert db.apply_schema(url, "queue") == []
         assert rows(url, "SELECT name FROM reliableq_migrations WHERE database = 'queue' ORDER BY number") == [
             m.name for m in sql.migrations("queue")]
@@ -197,25 +219,26 @@ def test_concurrent_migrators_apply_each_migration_once():
 
 
 def test_a_failing_migration_is_rolled_back_with_its_record_and_named(monkeypatch):
-    """A third migration that creates a table, then fails: the error names its file and what PostgreSQL
+    """A next migration that creates a table, then fails: the error names its file and what PostgreSQL
     said, the table is gone, no record says it was applied, and the migrations before it stay applied.
     Fixed, it is applied by the next run."""
     shipped = sql.migrations("queue")
+    probe = f"{len(shipped) + 1:04d}_probe"
 
-    def with_third(text: str):
-        return lambda database: shipped + (sql.Migration(3, "0003_probe", text),)
+    def with_next(text: str):
+        return lambda database: shipped + (sql.Migration(len(shipped) + 1, probe, text),)
 
     with scratch.empty_database("rq_test_fail") as url:
         db.apply_schema(url, "queue")
-        monkeypatch.setattr(sql, "migrations", with_third(
+        monkeypatch.setattr(sql, "migrations", with_next(
             "CREATE TABLE probe (id integer);\nSELECT * FROM no_such_table;"))
-        with pytest.raises(db.MigrationFailed, match=r"0003_probe\.sql of the queue database failed.*no_such_table"):
+        with pytest.raises(db.MigrationFailed, match=rf"{probe}\.sql of the queue database failed.*no_such_table"):
             db.apply_schema(url, "queue")
         assert rows(url, "SELECT to_regclass('probe') IS NULL") == [True]
-        assert rows(url, "SELECT number FROM reliableq_migrations ORDER BY number") == [1, 2]
+        assert rows(url, "SELECT number FROM reliableq_migrations ORDER BY number") == [m.number for m in shipped]
 
-        monkeypatch.setattr(sql, "migrations", with_third("CREATE TABLE probe (id integer);"))
-        assert [m.name for m in db.apply_schema(url, "queue")] == ["0003_probe"]
+        monkeypatch.setattr(sql, "migrations", with_next("CREATE TABLE probe (id integer);"))
+        assert [m.name for m in db.apply_schema(url, "queue")] == [probe]
         assert rows(url, "SELECT to_regclass('probe') IS NOT NULL") == [True]
 
 
@@ -249,24 +272,27 @@ def test_db_migrate_says_what_it_applied(monkeypatch, capsys):
         assert capsys.readouterr().out.splitlines() == [
             f"applied 0001_schema to queue ({queue_name})",
             f"applied 0002_from_unnumbered_schema to queue ({queue_name})",
+            f"applied 0003_key_names_its_kind to queue ({queue_name})",
             f"applied 0001_schema to charge ({charge_name})",
             f"applied 0002_from_unnumbered_schema to charge ({charge_name})",
         ]
         assert main(["migrate"]) == 0
         assert capsys.readouterr().out.splitlines() == [
-            f"queue ({queue_name}): up to date at 0002_from_unnumbered_schema",
+            f"queue ({queue_name}): up to date at 0003_key_names_its_kind",
             f"charge ({charge_name}): up to date at 0002_from_unnumbered_schema",
         ]
 
 
 def test_db_migrate_names_the_failing_migration_in_one_line(monkeypatch, capsys):
     """A migration that fails: `reliableq db migrate` exits 1 with one line naming the file, no traceback."""
-    shipped = sql.migrations("queue")
-    monkeypatch.setattr(sql, "migrations", lambda database: shipped + (
-        (sql.Migration(3, "0003_broken", "SELECT * FROM no_such_table;"),) if database == "queue" else ()))
+    shipped = {database: sql.migrations(database) for database in ("queue", "charge")}
+    broken = f"{len(shipped['queue']) + 1:04d}_broken"
+    monkeypatch.setattr(sql, "migrations", lambda database: shipped[database] + (
+        (sql.Migration(len(shipped["queue"]) + 1, broken, "SELECT * FROM no_such_table;"),)
+        if database == "queue" else ()))
     with scratch.empty_database("rq_test_cli") as queue_url, scratch.empty_database("rq_test_cli") as charge_url:
         monkeypatch.setenv("DATABASE_URL", queue_url)
         monkeypatch.setenv("CHARGE_DATABASE_URL", charge_url)
         assert main(["db", "migrate"]) == 1
         (error,) = capsys.readouterr().err.splitlines()
-        assert error.startswith("reliableq: error: migration 0003_broken.sql of the queue database failed"), error
+        assert error.startswith(f"reliableq: error: migration {broken}.sql of the queue database failed"), error

@@ -145,7 +145,7 @@ async def test_a_job_whose_key_is_inside_the_window_stays_so_a_retry_finds_it(ma
     hour keeps it and the client's retry is answered with it. Ignoring the window (one of a microsecond),
     the pass deletes it and the same retry makes a second job."""
     url, queue = databases.queue_url, make_queue()
-    keyed = Submission(payload={"amount_cents": 1250, "currency": "USD"}, key="order-17")
+    keyed = Submission(payload={"amount_cents": 1250, "currency": "USD"}, key="order-17", kind="charge")
     (first,) = await queue.submit_keyed([keyed], [uuid.uuid4()], DAY, all_or_none=True)
     (claimed,) = await queue.claim(1, "worker-1", lease_seconds=60)
     assert await queue.succeed(claimed)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from reliableq.handlers import HandlerRegistry, JobContext, Outcome, noop
-from reliableq.payload import InvalidSubmission, parse_submission
+from reliableq.payload import InvalidSubmission, JobKinds, accept_any_payload, parse_submission
 from reliableq.queue import Job
 from tests.conftest import recording_handlers
 
@@ -49,10 +49,11 @@ def test_each_kind_validates_its_own_payload():
     registry = HandlerRegistry()
     registry.register("counted", noop, validate=positive_n)
     registry.register("noop", noop)
-    assert parse_submission({"kind": "counted", "n": 2}, registry.validators).payload == {"n": 2}
+    assert parse_submission({"kind": "counted", "n": 2}, JobKinds(registry.validators)).payload == {"n": 2}
     with pytest.raises(InvalidSubmission, match="n must be a positive integer"):
-        parse_submission({"kind": "counted", "n": 0}, registry.validators)
-    assert parse_submission({"kind": "noop", "anything": True}, registry.validators).payload == {"anything": True}
+        parse_submission({"kind": "counted", "n": 0}, JobKinds(registry.validators))
+    kinds = JobKinds(registry.validators)
+    assert parse_submission({"kind": "noop", "anything": True}, kinds).payload == {"anything": True}
 
 
 def test_an_unknown_kind_is_refused_and_fails_permanently():
@@ -61,7 +62,7 @@ def test_an_unknown_kind_is_refused_and_fails_permanently():
     registry = HandlerRegistry()
     registry.register("noop", noop)
     with pytest.raises(InvalidSubmission, match="kind: unknown job kind 'mystery'; known: noop"):
-        parse_submission({"kind": "mystery"}, registry.validators)
+        parse_submission({"kind": "mystery"}, JobKinds(registry.validators))
     outcome = asyncio.run(registry.handle(job_of_kind("mystery")))
     assert outcome == Outcome("permanent", "no handler for job kind 'mystery'")
 
@@ -72,3 +73,15 @@ def test_validators_are_a_copy():
     given = registry.validators
     registry.register("noop", noop)
     assert given == {} and list(registry.validators) == ["noop"]
+
+
+def test_job_kinds_are_fixed_when_given_and_name_a_default_they_hold():
+    """An API's kinds are what its builder gave: a check registered later changes nothing, and a default
+    kind that is not one of them is a wiring mistake said at once."""
+    checks = {"noop": accept_any_payload}
+    kinds = JobKinds(checks, default="noop")
+    checks["late"] = accept_any_payload
+    assert list(kinds.checks) == ["noop"]
+    assert parse_submission({}, kinds).kind == "noop"
+    with pytest.raises(ValueError, match="the default kind 'charge' is not one of the kinds"):
+        JobKinds({"noop": accept_any_payload}, default="charge")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from reliableq.charge.handler import STANDARD_VALIDATORS
-from reliableq.payload import InvalidSubmission, parse_batch, parse_submission
+from reliableq.charge.handler import STANDARD_KINDS
+from reliableq.payload import InvalidSubmission, JobKinds, parse_batch, parse_submission
 
 
 def parse(body):
-    return parse_submission(body, STANDARD_VALIDATORS)
+    return parse_submission(body, STANDARD_KINDS)
 
 
 def test_submission_defaults_and_fields():
@@ -60,12 +60,12 @@ def test_bad_submissions_are_refused_with_the_field_named(body, fragment):
 def test_a_check_that_returns_no_object_is_refused():
     """A kind's check must hand back a JSON object; anything else is refused, never stored."""
     with pytest.raises(InvalidSubmission, match="payload must be a JSON object, got list"):
-        parse_submission({"kind": "listy"}, {"listy": lambda fields: [fields]})
+        parse_submission({"kind": "listy"}, JobKinds({"listy": lambda fields: [fields]}))
 
 
 def test_a_batch_names_the_refused_job():
     """One bad job refuses the batch, named by its index; good batches keep each job's kind in order."""
     with pytest.raises(InvalidSubmission, match=r"jobs\[1\]: kind: unknown job kind 'x'"):
-        parse_batch({"jobs": [{"amount_cents": 1}, {"kind": "x"}]}, STANDARD_VALIDATORS)
-    parsed = parse_batch({"jobs": [{"amount_cents": 1}, {"kind": "noop"}]}, STANDARD_VALIDATORS)
+        parse_batch({"jobs": [{"amount_cents": 1}, {"kind": "x"}]}, STANDARD_KINDS)
+    parsed = parse_batch({"jobs": [{"amount_cents": 1}, {"kind": "noop"}]}, STANDARD_KINDS)
     assert [s.kind for s in parsed] == ["charge", "noop"]

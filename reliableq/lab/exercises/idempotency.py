@@ -19,7 +19,6 @@ import psycopg
 from psycopg.rows import dict_row
 
 from reliableq import sql
-from reliableq.charge.client import idempotency_key
 from reliableq.charge.service import charge_once, charge_queries
 from reliableq.lab.exercises import learner_code
 from reliableq.lab.exercises.exercise import Exercise
@@ -29,6 +28,7 @@ from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 from reliableq.lab.waiting import wait_until
 from reliableq.payload import json_sha256
+from reliableq.queue import idempotency_key
 from reliableq.scratch import scratch_databases
 
 FILENAME = "idempotency.sql"
@@ -231,8 +231,8 @@ async def _new_keys(conn: psycopg.AsyncConnection, queries: Mapping[str, str],
     charge = requests.charge("order 1")
     other_key = {**charge, "amount_cents": charge["amount_cents"] + 1}
     keyless = requests.charge()
-    sent = [("a new key", charge, idempotency_key(charge["job_id"])),
-            ("another key for the same job", other_key, idempotency_key(charge["job_id"]) + ":other"),
+    sent = [("a new key", charge, idempotency_key("charge", charge["job_id"])),
+            ("another key for the same job", other_key, idempotency_key("charge", charge["job_id"]) + ":other"),
             ("no key", keyless, None), ("no key, again", keyless, None)]
     violations = []
     for which, body, key in sent:
@@ -280,11 +280,11 @@ async def _repeats(conn: psycopg.AsyncConnection, queries: Mapping[str, str],
     violations = []
     for when in ("right after", f"{OLD} later, {CHARGES_BETWEEN} other keys' charges since"):
         charge = requests.charge()
-        key = idempotency_key(charge["job_id"])
+        key = idempotency_key("charge", charge["job_id"])
         later = when != "right after"
         if later:
             older = requests.charge()
-            await _request(conn, queries, older, idempotency_key(older["job_id"]))
+            await _request(conn, queries, older, idempotency_key("charge", older["job_id"]))
         first = await _request(conn, queries, charge, key)
         if first.failure or first.status_code != 201:
             violations.append({"repeat": when, "first request answered": first.said()})
@@ -292,10 +292,10 @@ async def _repeats(conn: psycopg.AsyncConnection, queries: Mapping[str, str],
         if later:
             await conn.execute("UPDATE charges SET created_at = created_at - %s::interval * "
                                "(CASE WHEN idempotency_key = %s THEN 1 ELSE 2 END) WHERE idempotency_key IN (%s, %s)",
-                               (OLD, key, key, idempotency_key(older["job_id"])))
+                               (OLD, key, key, idempotency_key("charge", older["job_id"])))
             for _ in range(CHARGES_BETWEEN):
                 between = requests.charge()
-                await _request(conn, queries, between, idempotency_key(between["job_id"]))
+                await _request(conn, queries, between, idempotency_key("charge", between["job_id"]))
         original = await _by_id(conn, first.body["charge_id"])
         repeat = await _request(conn, queries, charge, key)
         mistake = _repeat_mistake(repeat, original, await _charges_of(conn, key, charge["job_id"]))
@@ -313,7 +313,7 @@ async def _differing_repeats(conn: psycopg.AsyncConnection, queries: Mapping[str
                                 ("description", lambda value: "order 2"),
                                 ("job_id", lambda value: requests.charge()["job_id"])):
         charge = requests.charge("order 1")
-        key = idempotency_key(charge["job_id"])
+        key = idempotency_key("charge", charge["job_id"])
         repeat_body = {**charge, field_name: changed(charge[field_name])}
         first = await _request(conn, queries, charge, key)
         if first.failure or first.status_code != 201:
@@ -342,7 +342,7 @@ async def _at_once(url: str, observer: psycopg.AsyncConnection, queries: Mapping
     """The first of `n` requests with one key made inside a transaction held open; the n - 1 others sent
     on connections of their own, and let run until each finishes or waits for a lock; then the first
     commits."""
-    key = idempotency_key(charge["job_id"])
+    key = idempotency_key("charge", charge["job_id"])
     async with AsyncExitStack() as stack:
         first, *others = [await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
                           for _ in range(n)]

@@ -81,8 +81,9 @@ class Scratch:
         return (await self.run("lab_session_blockers", {"pid": pid}))[0]["blockers"]
 
     async def submit(self, n: int, max_attempts: int = 5) -> list[uuid.UUID]:
-        ids = [(await self.shipped.submit(Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts))).id
-               for i in range(n)]
+        charges = [Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts, kind="charge")
+                   for i in range(n)]
+        ids = [(await self.shipped.submit(charge)).id for charge in charges]
         self.labels |= {str(job_id): f"job-{len(self.labels) + 1 + i}" for i, job_id in enumerate(ids)}
         return ids
 
