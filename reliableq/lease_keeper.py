@@ -7,6 +7,12 @@ run the job again for nothing. What it does not do: keep a stalled worker's leas
 fault point stands for a stopped process, so renewals stop while `suspended()` lasts, and a renewal that
 comes too late is refused by the database (a lease that ran out is never revived): the keeper reports the
 loss and stops.
+
+A loss is also told apart from its cause: the keeper keeps its own estimate of when the lease runs out,
+on the event loop's clock and never later than PostgreSQL's (each grant is counted from before the
+statement that made it was sent). A refusal answered after that moment means no renewal landed in time:
+this process or its database was too slow for the lease (`ran_out_unrenewed`); one answered before it
+means the lease was taken or cut short while this worker still held it, which no slowness explains.
 """
 
 from __future__ import annotations
@@ -32,9 +38,15 @@ class LeaseKeeper:
     finalize's answer says whether the lease was lost."""
 
     def __init__(self, queue: Queue, job: Job, lease_seconds: float, *, fleet_limited: bool = False,
-                 renewing: bool = True, on_lost: Callable[[], None] = lambda: None) -> None:
+                 renewing: bool = True, on_lost: Callable[[], None] = lambda: None,
+                 claim_sent_at: float | None = None) -> None:
+        """`claim_sent_at`: the event loop's time when the claim that granted the lease was sent (default:
+        now, which is later than the grant: an estimate that errs towards blaming the loss on a cause)."""
         self.queue, self.job, self.lease_seconds = queue, job, lease_seconds
         self.fleet_limited, self.renewing, self.on_lost = fleet_limited, renewing, on_lost
+        self._loop = asyncio.get_running_loop()
+        self._runs_out_at = (self._loop.time() if claim_sent_at is None else claim_sent_at) + lease_seconds
+        self.ran_out_unrenewed = False
         self._stop = asyncio.Event()
         self._suspended = False
         self._finalizing = False
@@ -68,6 +80,13 @@ class LeaseKeeper:
         """The finalize starts now: a refused renewal from here on is no news of its own."""
         self._finalizing = True
 
+    def refused(self) -> None:
+        """A renewal or the finalize was refused just now: was the lease, as this worker last had it
+        granted, already run out (no renewal landed in time)? Said only while renewing: a worker that
+        never renews (leases off) has no renewal that could have come late."""
+        if self.renewing and self._loop.time() > self._runs_out_at:
+            self.ran_out_unrenewed = True
+
     async def _renew_until_stopped(self) -> None:
         # A third of the lease: two renewals can fail or run late before the lease is lost.
         interval = self.lease_seconds / 3
@@ -76,6 +95,7 @@ class LeaseKeeper:
                 return
             if self._suspended:
                 continue
+            sent_at = self._loop.time()
             try:
                 won = await self.queue.renew(self.job, self.lease_seconds, fleet_limited=self.fleet_limited)
             except (psycopg.Error, PoolTimeout) as error:
@@ -84,12 +104,15 @@ class LeaseKeeper:
                 log.warning("worker %s could not renew job %s: %s", self.job.worker_id, self.job.id, error,
                             extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
                 continue
-            if not won:
-                if not self._finalizing:
-                    self.on_lost()
-                    log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id,
-                                extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
-                return
+            if won:
+                self._runs_out_at = sent_at + self.lease_seconds
+                continue
+            self.refused()
+            if not self._finalizing:
+                self.on_lost()
+                log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id,
+                            extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
+            return
 
 
 def reraise_if_cancelled() -> None:

@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -51,6 +51,9 @@ class WorkerStats:
     dead: int = 0
     lost_finalizes: int = 0  # finalizes a fenced update refused (a stale owner)
     lost_renewals: int = 0
+    # Jobs whose claim this worker lost because its lease ran out before a renewal landed: this process or
+    # its database was too slow for the lease (LeaseKeeper.ran_out_unrenewed), not a claim taken from it.
+    ran_out_unrenewed: list[str] = field(default_factory=list)
     abandoned: int = 0  # handlers cut off at shutdown; their leases expire
     in_flight_peak: int = 0
     crashed_at: str | None = None  # the fault point a simulated crash stopped this worker at
@@ -131,12 +134,13 @@ class Worker:
                 # One free() per decision, and taken(n) never for more than it said.
                 limit = self.permits.free()
                 self._stalled = limit <= 0 and self.in_flight == 0
+                claim_sent_at = asyncio.get_running_loop().time()
                 answer = await self._claim(limit)
                 jobs = answer or []
                 if jobs:
                     self.permits.taken(len(jobs))
                 for job in jobs:
-                    self._start(job)
+                    self._start(job, claim_sent_at)
                 # Only after an answered claim: in an outage a mark would wait out the pool's timeout too.
                 if (listener is not None and limit > 0 and answer is not None
                         and await idle.after_claim(found_nothing=not jobs)):
@@ -181,11 +185,11 @@ class Worker:
             self.stats.claim_calls += 1
             self.stats.claim_seconds_total += time.perf_counter() - started
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, claim_sent_at: float) -> None:
         self.stats.claimed += 1
         log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
                   extra={"worker_id": self.worker_id, "job_id": job.id})
-        task = asyncio.create_task(self._handle(job), name=f"job-{job.id}")
+        task = asyncio.create_task(self._handle(job, claim_sent_at), name=f"job-{job.id}")
         self._handlers.add(task)
         self.stats.in_flight_peak = max(self.stats.in_flight_peak, self.in_flight)
         task.add_done_callback(self._handler_done)
@@ -228,10 +232,11 @@ class Worker:
         if unfinished:
             await asyncio.wait(unfinished)
 
-    async def _handle(self, job: Job) -> None:
+    async def _handle(self, job: Job, claim_sent_at: float) -> None:
         await self.faults.reach("after_claim_before_effect", job, self.worker_id)
         lease = LeaseKeeper(self.queue, job, self.settings.lease_seconds, renewing=self.mechanisms.leases,
-                            fleet_limited=self.settings.fleet_limit is not None, on_lost=self._lease_lost)
+                            fleet_limited=self.settings.fleet_limit is not None, on_lost=self._lease_lost,
+                            claim_sent_at=claim_sent_at)
         async with lease:
             outcome = await self._run_effect(job)
             # A handler stalled here stands for a stopped process: it renews nothing, and its lease may
@@ -239,7 +244,10 @@ class Worker:
             with lease.suspended():
                 await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
             lease.finalizing()
-            await self._finalize(job, outcome)
+            if not await self._finalize(job, outcome):
+                lease.refused()
+                if lease.ran_out_unrenewed:
+                    self.stats.ran_out_unrenewed.append(str(job.id))
 
     def _lease_lost(self) -> None:
         self.stats.lost_renewals += 1
@@ -259,7 +267,8 @@ class Worker:
         self.stats.success_commits += 1
         return await self.queue.succeed_many(jobs)
 
-    async def _finalize(self, job: Job, outcome: Outcome) -> None:
+    async def _finalize(self, job: Job, outcome: Outcome) -> bool:
+        """Finalize `job` as `outcome` classifies it; whether this claim's finalize won."""
         started = time.perf_counter()
         try:
             operation, won = await self._finalize_with_retries(job, outcome)
@@ -275,6 +284,7 @@ class Worker:
             self.stats.lost_finalizes += 1
             log.warning("worker %s: finalize (%s) of job %s refused: its lease was lost",
                         self.worker_id, operation, job.id, extra={"worker_id": self.worker_id, "job_id": job.id})
+        return won
 
     async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
         """(operation, won). A database hiccup must not strand the job until its lease expires (or turn a

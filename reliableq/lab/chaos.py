@@ -227,9 +227,10 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
             checks.append(await invariants.outage_check(system.databases))
         if config.fleet_limit is not None:
             checks.append(await invariants.fleet_limit_check(system.databases, config.fleet_limit))
-        if config.mechanisms.leases:
-            checks.append(await invariants.lease_loss_check(system.databases, faults.triggered))
         accounts = {worker: stats.__dict__ for slot in results for worker, stats in slot.accounts.items()}
+        if config.mechanisms.leases:
+            too_slow = [(job, worker) for worker, stats in accounts.items() for job in stats["ran_out_unrenewed"]]
+            checks.append(await invariants.lease_loss_check(system.databases, faults.triggered, too_slow))
         checks.append(await invariants.accounts_check(system.databases, accounts))
         events = await collect(system.databases, started_wall, [faults, api_faults])
         status_counts = await system.queue.counts()

@@ -112,16 +112,27 @@ async def fleet_limit_check(databases: Databases, fleet_limit: int) -> Check:
     return Check(f"live leases never exceeded the fleet limit ({fleet_limit})", over)
 
 
-async def lease_loss_check(databases: Databases, triggered: Iterable[Triggered]) -> Check:
+async def lease_loss_check(databases: Databases, triggered: Iterable[Triggered],
+                           ran_out_unrenewed: Iterable[tuple[str, str]] = ()) -> Check:
     """A claim lost its lease only where a fault explains it: its worker crashed, or the claim was
-    stalled at a point that stands for a stopped worker. A live worker keeps the leases it holds, while
-    its handler works and while its finalize waits for a commit; a job it loses runs again for nothing."""
+    stalled at a point that stands for a stopped worker, or the worker itself was stalled: its lease ran
+    out, by its own clock, before a renewal landed (`ran_out_unrenewed`, (job id, worker id) pairs its
+    LeaseKeeper reported; a machine too busy for the lease, said in the note). A live worker keeps the
+    leases it holds, while its handler works and while its finalize waits for a commit; a job it loses
+    runs again for nothing. A lease taken or cut short while its worker still held it (a claim that
+    grants less than the lease, a reclaim of a live one) is never explained by slowness: the keeper
+    heard of that loss before its own estimate of the expiry."""
     crashed = {t.worker_id for t in triggered if t.action in ("crash", "kill")}
     stalled = {(str(t.job_id), t.worker_id) for t in triggered
                if t.action == "pause" and t.point in STALLING_POINTS}
-    unexplained = [row for row in await _rows(databases.queue_url, "lab_queue", "job_attempts_lost")
-                   if row["worker_id"] not in crashed and (str(row["job_id"]), row["worker_id"]) not in stalled]
-    return Check("a lease was lost only by a crashed or stalled worker", unexplained)
+    too_slow = set(ran_out_unrenewed) - stalled
+    lost = [row for row in await _rows(databases.queue_url, "lab_queue", "job_attempts_lost")
+            if row["worker_id"] not in crashed and (str(row["job_id"]), row["worker_id"]) not in stalled]
+    unexplained = [row for row in lost if (str(row["job_id"]), row["worker_id"]) not in too_slow]
+    slow = len(lost) - len(unexplained)
+    note = (f"{slow} lease(s) ran out before a renewal landed: the machine was too busy for the lease"
+            if slow else "")
+    return Check("a lease was lost only by a crashed or stalled worker", unexplained, note=note)
 
 
 # How a worker's counters name the finalizes PostgreSQL records on each claim.

@@ -71,6 +71,18 @@ async def test_a_lease_lost_without_a_fault_to_explain_it_is_caught(make_queue, 
         assert (await invariants.lease_loss_check(databases, [fault])).held is explained, fault
 
 
+async def test_a_lease_that_ran_out_before_its_worker_could_renew_it_is_explained_and_noted(
+        make_queue, submission, databases):
+    """A worker whose own clock says its lease ran out before a renewal landed (a machine too busy for the
+    lease) explains that loss, and only that worker's loss of that job; the note says how many."""
+    first, _ = await stale_and_current(make_queue(), submission, "worker-1", "worker-2")
+    slow = await invariants.lease_loss_check(databases, [], ran_out_unrenewed=[(str(first.id), "worker-1")])
+    assert slow.held
+    assert slow.note == "1 lease(s) ran out before a renewal landed: the machine was too busy for the lease"
+    for other in ((str(first.id), "worker-2"), (str(uuid.uuid4()), "worker-1")):
+        assert not (await invariants.lease_loss_check(databases, [], ran_out_unrenewed=[other])).held, other
+
+
 async def test_a_worker_account_that_disagrees_with_postgresql_is_caught(make_queue, submission, databases):
     """A worker that reports a won finalize as lost (or counts one it never made) is named."""
     queue = make_queue()
