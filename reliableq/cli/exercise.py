@@ -18,7 +18,7 @@ from pathlib import Path
 from reliableq.cli.arguments import UsageError
 from reliableq.lab import exercises
 from reliableq.lab.exercises import mutants, progress
-from reliableq.lab.exercises.checker import check
+from reliableq.lab.exercises.checker import DEFAULT_SEEDS, check
 from reliableq.lab.exercises.workspace import Workspace
 
 
@@ -68,7 +68,8 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     if text is None:
         raise UsageError(f"no {workspace.path(exercise)} yet: reliableq exercise start {exercise.name}")
     earlier = exercises.earlier_code(exercise, workspace)
-    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=args.seeds, earlier=earlier,
+    seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
+    result = asyncio.run(check(exercise, text, seed=args.seed, seeds=seeds, earlier=earlier,
                                progress=lambda step: print(f"… {step}", flush=True)))
     print(result.text())
     print(f"({result.seconds:.0f} s)")

@@ -28,14 +28,12 @@ from reliableq.cli.arguments import (
 from reliableq.cli.bench import cmd_bench
 from reliableq.cli.database import cmd_db, cmd_migrate
 from reliableq.cli.doctor import cmd_doctor
-from reliableq.cli.exercise import cmd_exercise
 from reliableq.cli.lab import cmd_chaos, cmd_demo, cmd_lab, cmd_stage
 from reliableq.cli.logs import FORMATS, LEVELS, configure, level_for
 from reliableq.cli.operators import cmd_jobs, cmd_prune, cmd_replay, cmd_submit
 from reliableq.cli.services import cmd_api, cmd_charge_service, cmd_worker
 from reliableq.config import DEFAULT_REPLAY_BUDGET, DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
 from reliableq.lab.chaos import ChaosConfig
-from reliableq.lab.exercises.checker import DEFAULT_SEEDS
 from reliableq.lab.faults import API_KILL_POINTS, CRASH_POINTS
 from reliableq.lab.places import WORKSPACE_VARIABLE
 from reliableq.payload import InvalidSubmission
@@ -44,6 +42,17 @@ from reliableq.retention import DEFAULT_PRUNE_BATCH, MAX_PRUNE_BATCH
 
 # The defaults shown and used are the dataclasses' own: one place to change them.
 CHARGE, WORKER, CHAOS = ChargeFaults(), WorkerSettings(), ChaosConfig()
+
+
+def cmd_exercise(args: argparse.Namespace) -> int:
+    """`reliableq exercise`, imported when it runs: the exercises need the lab's extras (hypothesis,
+    pglast), which an install for serving jobs (the Docker image's `pip install .`) does not have."""
+    try:
+        from reliableq.cli.exercise import cmd_exercise as run_exercise
+    except ModuleNotFoundError as missing:
+        raise UsageError(f"the exercises need the lab's packages ({missing.name} is missing): "
+                         "pip install 'reliableq[lab]'") from None
+    return run_exercise(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learner", help="progress: your name in the room (default: login@machine)")
     p.add_argument("--seed", type=int, default=1, help="check: the seed of the scenario and the first chaos run; "
                                                        "mutants: the seed of --sample")
-    p.add_argument("--seeds", type=positive_int, default=DEFAULT_SEEDS, help="check: how many seeded chaos runs")
+    p.add_argument("--seeds", type=positive_int, help="check: how many seeded chaos runs (default 2)")
     p.add_argument("--sample", type=positive_int, metavar="N",
                    help="mutants: grade a seeded sample of N mutants per exercise (default: every mutant)")
     p.add_argument("--give-up", action="store_true", help="solution: show it before a pass")
