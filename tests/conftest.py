@@ -39,6 +39,28 @@ def pytest_pycollect_makeitem(collector, name, obj):
         pytest.mark.anyio(obj)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test directory (setup, call and teardown; notebooks as one), after the slowest tests:
+    where a run's time goes, to compare runs before and after a change (CONTRIBUTING.md)."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set[str]] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) not in ("setup", "call", "teardown"):
+                continue
+            parts = report.nodeid.split("::")[0].split("/")
+            where = "/".join(parts[:2]) if parts[0] == "tests" and len(parts) > 2 else parts[0]
+            seconds[where] = seconds.get(where, 0.0) + report.duration
+            tests.setdefault(where, set()).add(report.nodeid)
+    if not seconds:
+        return
+    terminalreporter.write_sep("=", "seconds per directory")
+    for where, spent in sorted(seconds.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{spent:8.1f} s  {len(tests[where]):5d} tests  {where}")
+    terminalreporter.write_line(f"{sum(seconds.values()):8.1f} s  {sum(map(len, tests.values())):5d} tests  in all")
+
+
 @pytest.fixture(autouse=True)
 def logging_as_it_was():
     """A test that runs the CLI in this process (`main([...])`) configures logging as a command does:
