@@ -26,7 +26,7 @@ lab/        harness (the one harness), experiment (a stage's run over it), scena
             panels, resave, processes, faults (the FaultPlan),
             ledger, timeline, invariants, chaos, demo, notebook
 bench/      `reliableq bench`: run, runner, scenarios, ingest, retention, stack, gate, results, profiles, progress,
-            baselines (pgbench), peers, report
+            baselines (pgbench), peers, peer_runners, report (its tables, charts and markdown)
 cli/        the `reliableq` command: main (the parser), arguments, database, services, operators, lab, bench
 
 The rule (tests/unit/test_layers.py checks it, imports inside functions included): the core imports only

@@ -11,8 +11,12 @@
     profiles    how big each scenario is (tiny, quick, full)
     progress    the progress bar
     baselines   what bounds our figures: pgbench on the queue's own statements, and the peers
-    peers       pgqueuer and procrastinate doing the same work, each in its own process
-    report      results.json, CSV, charts and report.md
+    peers       pgqueuer and procrastinate doing the same work, each in its own process: run, checked, timed
+    peer_runners  each queue's adapter for those runs (pgqueuer, procrastinate, ours for pickup)
+    report      the result files: results.json, CSV, charts and report.md; the reference notebook 11 ships
+    tables      the report's rows: like beside like only (KINDS), pickup latency, what each mechanism costs
+    charts      the report's charts (PNG)
+    markdown    report.md's text
 
 The bench uses the core, the charge service, and from the lab its one harness (every part a real
 process), its invariants (the gate), its ledger (A/H/C/F of a scenario's jobs), its process and wait

@@ -17,6 +17,7 @@ import httpx
 from reliableq.bench import peers
 from reliableq.bench.gate import UNCHARGED_CHECK, WAIVED_WHEN_OFF, gate
 from reliableq.bench.ingest import INGEST_VIAS, ingest
+from reliableq.bench.peer_runners import PICKUP
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD
 from reliableq.bench.results import Measured, Sample, Window, worker_time_metrics
 from reliableq.bench.retention import retention
@@ -251,7 +252,7 @@ async def _pickup(bench: Bench, repeat: int) -> None:
         timeout = bench.profile.settle_seconds + jobs * peers.PICKUP_SECONDS_PER_JOB
 
         async def body(queue=queue, jobs=jobs, timeout=timeout) -> Measured:
-            run = await peers.measure(queue, peers.PICKUP, jobs, 1, timeout, seed=bench.seed + repeat)
+            run = await peers.measure(queue, PICKUP, jobs, 1, timeout, seed=bench.seed + repeat)
             check = {"name": "every job's handler ran once", "held": run.exactly_once,
                      "violations": 0 if run.exactly_once else 1, "note": run.note or f"{queue} {run.version}",
                      "waived": "", "examples": []}

@@ -10,7 +10,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from reliableq.bench import report
+from reliableq.bench import report, tables
+from reliableq.bench.markdown import markdown
 from reliableq.bench.results import BenchResult, RunResult
 from reliableq.bench.scenarios import ALL_ON, COSTED_MECHANISMS, UNCOSTED_MECHANISMS
 from reliableq.lab import notebook as nb
@@ -56,7 +57,7 @@ def _costed_result() -> BenchResult:
 
 
 def test_each_mechanism_is_set_beside_the_mean_of_the_all_on_runs():
-    costs = report.mechanism_costs(_costed_result())
+    costs = tables.mechanism_costs(_costed_result())
     assert costs["all_on_jobs_per_second"] == [100.0, 120.0]
     rows = {r["point"]: r for r in costs["rows"]}
     assert list(rows) == [ALL_ON, "skip_locked off", "leases off", "idempotency off"]
@@ -66,11 +67,11 @@ def test_each_mechanism_is_set_beside_the_mean_of_the_all_on_runs():
     assert rows["skip_locked off"]["waived_broken"] == {RECLAIMED: 3}
     assert rows["idempotency off"]["jobs_per_second"] is None and rows["idempotency off"]["broken"] == [CHARGE_CHECK]
     assert set(costs["not_measured"]) == {"commit_before_ack", "backoff", "dead"}
-    assert report.mechanism_costs(BenchResult("quick", 0, "", [], [], {})) is None
+    assert tables.mechanism_costs(BenchResult("quick", 0, "", [], [], {})) is None
 
 
 def test_the_report_tables_the_costs_and_says_which_mechanisms_are_not_switched_off():
-    text = report.markdown(_costed_result(), [])
+    text = markdown(_costed_result(), [])
     assert "## What each mechanism costs" in text
     assert (f"| skip_locked off | 55 | 0.50 | 1.4 | passed, waived: {RECLAIMED} (jobs that broke it: 3); "
             f"{FINALIZED} (jobs that broke it: 0) |") in text
@@ -79,7 +80,7 @@ def test_the_report_tables_the_costs_and_says_which_mechanisms_are_not_switched_
 
 
 def test_the_chart_has_a_bar_per_point_names_what_broke_and_says_what_was_waived():
-    results = {"mechanism_costs": report.mechanism_costs(_costed_result()), "environment": ENVIRONMENT}
+    results = {"mechanism_costs": tables.mechanism_costs(_costed_result()), "environment": ENVIRONMENT}
     fig = nb.plot_mechanism_costs(json.loads(json.dumps(results)))  # as read back from results.json
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == [ALL_ON, "skip_locked off", "leases off",

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from reliableq import scratch
-from reliableq.bench import baselines, peers
+from reliableq.bench import baselines, peer_runners, peers
 from reliableq.bench.profiles import PROFILES
 
 
@@ -49,7 +49,7 @@ async def test_a_worker_that_runs_nothing_breaks_the_check_and_gets_a_note_not_a
 
     async def run_nothing(self, concurrency: int) -> None:
         return None
-    monkeypatch.setattr(peers.RUNNERS[peer], "execute", run_nothing)
+    monkeypatch.setattr(peer_runners.RUNNERS[peer], "execute", run_nothing)
     run = await peers.run(peer, "execute", 5, 2, empty_database)
     assert not run.exactly_once and run.per_second is None
     assert run.note == "check failed: of 5 jobs 0 ran exactly once (0 runs), 0 completed exactly once, 5 still waiting"
@@ -64,7 +64,7 @@ async def test_clients_share_the_jobs_in_batches_of_the_given_size():
         calls.append(n)
         await asyncio.sleep(0)  # let the other client take a batch meanwhile
         return [next(numbers) for _ in range(n)]
-    ids, _ = await peers._from_clients([enqueue, enqueue], 250, 100)
+    ids, _ = await peer_runners._from_clients([enqueue, enqueue], 250, 100)
     assert sorted(calls) == [50, 100, 100] and sorted(ids) == list(range(250))
 
 
@@ -72,12 +72,12 @@ async def test_clients_share_the_jobs_in_batches_of_the_given_size():
 async def test_a_batch_enqueue_that_loses_a_job_breaks_the_check(peer, empty_database, monkeypatch):
     """The checker failing for batches as for one job per call: an id acknowledged but not stored."""
     _needs(peer)
-    ingest = peers.RUNNERS[peer].ingest
+    ingest = peer_runners.RUNNERS[peer].ingest
 
     async def lossy(self, jobs: int, clients: int, batch: int):
         ids, seconds = await ingest(self, jobs - 1, clients, batch)
         return [*ids, 0], seconds  # no peer gives a job id 0
-    monkeypatch.setattr(peers.RUNNERS[peer], "ingest", lossy)
+    monkeypatch.setattr(peer_runners.RUNNERS[peer], "ingest", lossy)
     run = await peers.run(peer, "ingest-batch", 5, 2, empty_database)
     assert not run.exactly_once and run.per_second is None
     assert run.note == "check failed: 5 distinct ids for 5 jobs, 4 stored and waiting"
@@ -88,20 +88,20 @@ async def test_pickup_times_each_job_from_enqueue_to_handler_start(queue):
     """Ours and each peer, the way the bench's pickup scenario runs them: figures only when each job's
     handler ran once. (How fast is the benchmark's to say, not a test's.)"""
     _needs(queue)
-    run = await peers.measure(queue, peers.PICKUP, jobs=3, concurrency=1, timeout=60, seed=2)
+    run = await peers.measure(queue, peer_runners.PICKUP, jobs=3, concurrency=1, timeout=60, seed=2)
     assert (run.exactly_once, run.note) == (True, "")
     assert 0 < run.pickup_p50_ms <= run.pickup_p99_ms
 
 
 async def test_pickup_with_a_handler_run_twice_breaks_the_check(empty_database, monkeypatch):
     """The checker failing: every job's handler is counted as run twice; the run has a note, no figures."""
-    ran = peers.ReliableqRunner.ran
+    ran = peer_runners.ReliableqRunner.ran
 
     def twice(self, job_id) -> None:
         ran(self, job_id)
         self.handled[job_id] += 1
-    monkeypatch.setattr(peers.ReliableqRunner, "ran", twice)
-    run = await peers.run("reliableq", peers.PICKUP, 2, 1, empty_database)
+    monkeypatch.setattr(peer_runners.ReliableqRunner, "ran", twice)
+    run = await peers.run("reliableq", peer_runners.PICKUP, 2, 1, empty_database)
     assert not run.exactly_once and run.pickup_p50_ms is None
     assert run.note == "check failed: 6 handler runs for 3 jobs"
 

@@ -4,7 +4,9 @@ our charged jobs and our HTTP submission on their own; and where a peer is ahead
 
 from __future__ import annotations
 
-from reliableq.bench import report
+from reliableq.bench import tables
+from reliableq.bench.charts import line_charts
+from reliableq.bench.markdown import markdown
 from reliableq.bench.results import Baseline, BenchResult, RunResult
 
 PEER_TOOLS = ("enqueue", "enqueue-batch", "execute")
@@ -34,7 +36,7 @@ def _result(peer_rate: float = 100.0) -> BenchResult:
 
 
 def test_each_kind_of_ours_is_set_beside_the_same_kind_only():
-    pairs = {(r["point"], r["baseline"]) for r in report.ratios(_result())}
+    pairs = {(r["point"], r["baseline"]) for r in tables.ratios(_result())}
     assert pairs == {
         ("direct c=4", "pgbench-insert c=4"), ("direct c=4", "pgqueuer-enqueue c=4"),
         ("direct c=4", "procrastinate-enqueue c=4"),
@@ -45,7 +47,7 @@ def test_each_kind_of_ours_is_set_beside_the_same_kind_only():
 
 
 def test_a_row_says_which_is_ahead():
-    rows = {(r["point"], r["baseline"]): r for r in report.ratios(_result(peer_rate=400.0))}
+    rows = {(r["point"], r["baseline"]): r for r in tables.ratios(_result(peer_rate=400.0))}
     assert (rows[("direct c=4", "pgqueuer-enqueue c=4")]["ratio"], rows[("direct c=4", "pgqueuer-enqueue c=4")]
             ["ahead"]) == (0.5, "pgqueuer")
     assert rows[("direct-batch c=4", "procrastinate-enqueue-batch c=4")]["ahead"] == "ours"
@@ -55,7 +57,7 @@ def test_a_row_says_which_is_ahead():
 def test_the_report_says_plainly_where_a_peer_is_ahead():
     """Peers at 400/s: ahead of our one-per-call enqueue (200) and no-op jobs (300), behind our batch
     (1000); procrastinate's pickup p99 is below ours. With slow peers, nowhere."""
-    ahead = report.peers_ahead(_result(peer_rate=400.0))
+    ahead = tables.peers_ahead(_result(peer_rate=400.0))
     assert ahead == [
         "- enqueue, one job per call, in-process, c=4: pgqueuer-enqueue 400 jobs/s, ours 200 (pgqueuer 2.00x ahead).",
         "- enqueue, one job per call, in-process, c=4: procrastinate-enqueue 400 jobs/s, ours 200 "
@@ -65,21 +67,21 @@ def test_the_report_says_plainly_where_a_peer_is_ahead():
         "(procrastinate 1.33x ahead).",
         "- pickup p99: procrastinate 15.0 ms, ours 20.0 ms (procrastinate lower).",
     ]
-    assert "**Where a peer is ahead:**\n- enqueue" in report.markdown(_result(peer_rate=400.0), [])
+    assert "**Where a peer is ahead:**\n- enqueue" in markdown(_result(peer_rate=400.0), [])
     calm = _result(peer_rate=10.0)
     calm.runs = [r for r in calm.runs if r.scenario != "pickup"]
-    assert report.peers_ahead(calm) == []
-    assert "**Where a peer is ahead:** nowhere in this run" in report.markdown(calm, [])
+    assert tables.peers_ahead(calm) == []
+    assert "**Where a peer is ahead:** nowhere in this run" in markdown(calm, [])
 
 
 def test_charged_jobs_stand_on_their_own_beside_our_no_op_jobs():
-    rows = report.charged_rows(_result())
+    rows = tables.charged_rows(_result())
     assert [(r["scenario"], r["point"], r["noop_per_second"], r["share_of_noop"]) for r in rows] == [
         ("execute", "1x4", 300.0, 0.5), ("execute", "2x2", None, None), ("latency", "1x4", 300.0, 0.3)]
 
 
 def test_each_chart_holds_one_kind_of_work():
-    charts = {c.name: [s.label for s in c.series] for c in report.line_charts(_result())}
+    charts = {c.name: [s.label for s in c.series] for c in line_charts(_result())}
     assert charts == {
         "ingest.png": ["ours (Queue.submit)", "pgqueuer", "procrastinate", "pgbench one-row insert"],
         "ingest_batch.png": ["ours (Queue.submit_many)", "pgqueuer", "procrastinate"],
@@ -88,15 +90,15 @@ def test_each_chart_holds_one_kind_of_work():
         "execute_charge.png": ["one process, instant charges", "several processes",
                                "one process, charges with latency"],
     }
-    batch = next(c for c in report.line_charts(_result()) if c.name == "ingest_batch.png")
+    batch = next(c for c in line_charts(_result()) if c.name == "ingest_batch.png")
     assert [(s.xs, s.ys) for s in batch.series] == [([4], [1000.0]), ([4, 16], [100.0, 99999.0]), ([4], [100.0])]
 
 
 def test_the_pickup_table_has_p50_and_p99_per_queue():
-    rows = report.pickup_rows(_result())
+    rows = tables.pickup_rows(_result())
     assert [(r["queue"], r["p50_ms"], r["p99_ms"]) for r in rows] == [
         ("reliableq", 5.0, 20.0), ("pgqueuer", 900.0, 1000.0), ("procrastinate", 7.0, 15.0)]
-    text = report.markdown(_result(), [])
+    text = markdown(_result(), [])
     assert "## Pickup latency" in text and "| procrastinate | 7 | 15 | 10 |  |" in text
 
 
@@ -106,4 +108,4 @@ def test_a_failed_pickup_run_says_why_it_has_no_figures():
     run.passed, run.metrics = False, {"pickup_p50_ms": None, "pickup_p99_ms": None}
     run.checks = [{"name": "every job's handler ran once", "held": False, "violations": 1, "waived": "",
                    "note": "did not finish within 520 s"}]
-    assert "| pgqueuer | – | – | 10 | did not finish within 520 s |" in report.markdown(result, [])
+    assert "| pgqueuer | – | – | 10 | did not finish within 520 s |" in markdown(result, [])

@@ -1,0 +1,200 @@
+"""report.md, the benchmark's results in prose and tables: the gate's verdict, ours beside the peers and
+pgbench's bound (`reliableq.bench.tables`), pickup latency, what each mechanism costs, our charged jobs,
+each scenario's points, where a job's time goes, the baselines, the failed runs and the charts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from reliableq.bench.profiles import BATCH_JOBS
+from reliableq.bench.results import BenchResult, RunResult
+from reliableq.bench.scenarios import SCENARIOS
+from reliableq.bench.tables import charged_rows, mechanism_costs, peers_ahead, pickup_rows, ratios
+
+
+def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def _ratio(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f}"
+
+
+def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> str:
+    failed = [r for r in result.runs if not r.passed]
+    env = result.environment
+    lines = [f"# ReliableQ benchmark — profile `{result.profile}`", "",
+             f"Started {result.started_at}, {result.seconds:.0f} s, seed {result.seed}; {env.get('database')} "
+             f"{env.get('postgresql') or ''}, {env.get('cpus')} CPUs ({env.get('cpu_model') or 'model unknown'}), "
+             f"Python {env.get('python')}; load average {env.get('load_average_before')} before, "
+             f"{env.get('load_average_after')} after." + (f" Note: {env['note']}." if env.get("note") else ""), "",
+             f"**Gate:** {len(result.runs) - len(failed)} of {len(result.runs)} runs passed every invariant; "
+             + ("no run failed." if not failed else f"{len(failed)} failed and are left out of every mean below."),
+             ""]
+    rows = ratios(result)
+    beside_peers = [r for r in rows if r["against"] == "peer"]
+    bounded = [r for r in rows if r["against"] == "pgbench"]
+    lines += ["## Like for like: ours beside the peers", "",
+              "Each row sets a mean of ours beside a peer doing the same kind of work in this run, on the same "
+              "server, at the same client count: no-op jobs beside no-op jobs, batches beside batches of the same "
+              "size, in-process enqueue beside in-process enqueue (pgqueuer and procrastinate through their own "
+              "APIs, each run in its own process on a fresh database: `reliableq/bench/peers.py`). Ratio = ours / "
+              "theirs; `ahead` names the faster.", ""]
+    lines += _table(["kind", "clients", "ours /s", "peer", "peer /s", "ratio", "ahead"],
+                    [[r["kind"], r["clients"], r["ours_per_second"], r["baseline"].rsplit(" ", 1)[0],
+                      r["baseline_per_second"], _ratio(r["ratio"]), r["ahead"]]
+                     for r in beside_peers]) if beside_peers else ["No throughput was measured beside a peer's."]
+    ahead = peers_ahead(result)
+    lines += ["", "**Where a peer is ahead:**" if ahead else
+              "**Where a peer is ahead:** nowhere in this run (of the like points measured).", *ahead, ""]
+    pickup = pickup_rows(result)
+    if pickup:
+        lines += ["## Pickup latency", "", f"`pickup`: {SCENARIOS['pickup'].what}. Milliseconds, lower is "
+                  "better; a queue whose handler did not run every job exactly once has no figures.", ""]
+        lines += _table(["queue", "p50 ms", "p99 ms", "jobs", "failed runs"],
+                        [[r["queue"], r["p50_ms"], r["p99_ms"], r["jobs"], r["failed"]] for r in pickup])
+        lines.append("")
+    lines += [] if not bounded else ["## Ours against PostgreSQL's own limit", "",
+              "pgbench with the queue's own table and indexes (`sql/bench_pgbench_*.sql`), at the same client "
+              "count: its one-row insert beside our one-job-per-call submission, its claim + finalize cycle beside "
+              "our no-op jobs.", ""]
+    lines += [] if not bounded else _table(
+        ["kind", "point", "ours /s", "bound", "bound /s", "ratio"],
+        [[r["kind"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"], _ratio(r["ratio"])]
+         for r in bounded])
+    lines += mechanism_lines(mechanism_costs(result))
+    charged = charged_rows(result)
+    if charged:
+        lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
+                  "Every job makes a real HTTP request to the charge service, keyed for idempotency. No peer runs "
+                  "an effect, so these are set beside our own no-op jobs at the same concurrency: the share of the "
+                  "no-op rate left once each job has its charge.", ""]
+        lines += _table(["scenario", "point", "charge service", "jobs /s", "our no-op /s", "share of no-op"],
+                        [[r["scenario"], r["point"], r["charge_args"], r["per_second"], r["noop_per_second"],
+                          _ratio(r["share_of_noop"])] for r in charged])
+    lines += ["", "## Scenarios", ""]
+    for name, scenario in SCENARIOS.items():
+        summary_rows = [r for r in result.summary() if r["scenario"] == name]
+        if not summary_rows:
+            continue
+        lines += [f"### {name}", "", scenario.what, ""]
+        table_rows = []
+        for row in summary_rows:
+            runs = [r for r in result.runs if (r.scenario, r.point) == (name, row["point"]) and r.passed]
+            extra = _highlights(runs[0]) if runs else ""
+            table_rows.append([row["point"], row["headline"], row["mean"], row["runs_passed"], row["runs_failed"],
+                               extra])
+        lines += _table(["point", "headline", "mean (passed runs)", "passed", "failed", "details"], table_rows)
+        lines.append("")
+    lines += ["## Where the time goes", ""] + where_time_goes(result) + [""]
+    lines += ["## Baselines", ""]
+    lines += _table(["tool", "clients", "per second", "note"],
+                    [[b.tool, b.clients or "–", b.per_second, b.note] for b in result.baselines])
+    lines.append("")
+    if failed:
+        lines += ["## Failed runs", ""]
+        for r in failed:
+            broken = [f"{c['name']} ({c['violations']})" for c in r.checks if not c["held"] and not c["waived"]]
+            lines.append(f"- {r.scenario} {r.point} (repeat {r.repeat}): "
+                         + (r.error or "broke: " + "; ".join(broken)))
+        lines.append("")
+    waived = {(c["name"], c["waived"]) for r in result.runs for c in r.checks if c["waived"]}
+    if waived:
+        lines += ["Waived checks: " + "; ".join(f"{n} — {why}" for n, why in sorted(waived)), ""]
+    rejected = sum(r.rejected_samples for r in result.runs)
+    lines += [f"Latency samples rejected as outside their run's monotonic window: {rejected}.", ""]
+    if charts:
+        lines += ["## Charts", ""] + [f"![{c}]({c})" for c in charts] + [""]
+    elif chart_note:
+        lines += [chart_note, ""]
+    return "\n".join(lines)
+
+
+def mechanism_lines(costs: dict[str, Any] | None) -> list[str]:
+    """The report's section on what each mechanism costs (nothing when the scenario did not run)."""
+    if costs is None:
+        return []
+    lines = ["", "## What each mechanism costs", "",
+             f"`mechanisms`: {costs['jobs']:,} charged jobs, {costs['workers']} worker processes of "
+             f"{costs['permits']} permits, with each mechanism off in turn and all on before each and at the "
+             "end. Ratio = jobs/s over the mean of the all-on runs ("
+             + ", ".join(f"{v:,.0f}" for v in costs["all_on_jobs_per_second"]) + " jobs/s: their spread is how "
+             "far this machine drifted, so a rate inside it is no measurable cost). Claims per job above 1: jobs "
+             "claimed twice.", ""]
+    lines += _table(["point", "jobs /s", "ratio to all on", "claims per job", "gate"],
+                    [[r["point"], r["jobs_per_second"], _ratio(r["ratio_to_all_on"]), r["claims_per_job"],
+                      ("failed: " + "; ".join(r["broken"])) if r["broken"] else
+                      ("passed, waived: " + "; ".join(f"{name} (jobs that broke it: {r['waived_broken'].get(name, 0)})"
+                                                      for name in r["waived"])) if r["waived"] else "passed"]
+                     for r in costs["rows"]])
+    lines += ["", "Not switched off here: " + "; ".join(f"{name}: {why}" for name, why in
+                                                        costs["not_measured"].items()) + "."]
+    return lines
+
+
+_HIGHLIGHT_KEYS = ("pickup_p99_ms", "latency_p50_ms", "latency_p99_ms", "claim_mean_ms", "charge_mean_ms",
+                   "finalize_mean_ms", "pool_wait_mean_ms", "jobs_per_claim", "jobs_per_success_commit",
+                   "worker_cpu_ms_per_job", "charge_cpu_ms_per_job", "claims_per_job", "attempts_per_job",
+                   "requests_per_job", "dead",
+                   "reclaim_lag_seconds", "attempts", "charges", "created", "replayed", "in_flight_peak",
+                   "service_in_flight_peak", "bound_jobs_per_second", "pruned_jobs", "prune_seconds",
+                   "pruned_per_second", "list_first_page_ms", "list_middle_page_ms")
+
+
+def _highlights(run: RunResult) -> str:
+    return ", ".join(f"{k}={_cell(run.metrics[k])}" for k in _HIGHLIGHT_KEYS if run.metrics.get(k) is not None)
+
+
+def _cpu_note(m: dict[str, Any], cpus: int) -> str:
+    """CPU per job in our Python processes: on a small machine, what bounds throughput once waits are gone."""
+    worker, charge = m.get("worker_cpu_ms_per_job"), m.get("charge_cpu_ms_per_job")
+    if worker is None or charge is None:
+        return ""
+    return (f" CPU per job: worker {worker:.2f} ms, charge service {charge:.2f} ms; those alone cap {cpus} "
+            f"cores at {1000 * cpus / (worker + charge):,.0f} jobs/s, before PostgreSQL's share.")
+
+
+def where_time_goes(result: BenchResult) -> list[str]:
+    """From the workers' own counters and the ingestion pairs: what a job spends its time on."""
+    lines = []
+    summary = {(r["scenario"], r["point"]): r["mean"] for r in result.summary()}
+    for r in result.runs:
+        if r.scenario not in ("execute", "noop") or not r.passed or r.metrics.get("claim_mean_ms") is None:
+            continue
+        m = r.metrics
+        per_claim = m["jobs_per_claim"] or 1
+        busy_ms = m["claim_mean_ms"] / per_claim + (m["charge_mean_ms"] or 0) + (m["finalize_mean_ms"] or 0)
+        lines.append(f"- {r.scenario} {r.point}: per job {busy_ms:.2f} ms of awaited work = claim "
+                     f"{m['claim_mean_ms']:.2f} ms / {per_claim:.1f} jobs per claim + effect "
+                     f"{m['charge_mean_ms'] or 0:.2f} ms + finalize {m['finalize_mean_ms'] or 0:.2f} ms "
+                     f"({m.get('jobs_per_success_commit') or 1:.1f} jobs per commit); pool wait "
+                     f"{m['pool_wait_mean_ms'] or 0:.2f} ms per connection request "
+                     f"({m['pool_queued']} of {m['pool_requests']} requests queued). "
+                     f"{m['clients']} permits at that pace would give {1000 * m['clients'] / busy_ms:,.0f} jobs/s; "
+                     f"measured {m['jobs_per_second']:,.0f}." + _cpu_note(m, result.environment.get("cpus") or 1))
+    for key, mean in summary.items():
+        if key[0] != "ingest" or not key[1].startswith("direct") or not mean:
+            continue  # each in-process point, beside the same over HTTP
+        http_point = key[1].replace("direct", "http")
+        over_http = summary.get(("ingest", http_point))
+        if over_http:
+            lines.append(f"- ingest {http_point}: {over_http:,.0f} jobs/s over HTTP, {mean:,.0f} straight into "
+                         f"PostgreSQL from Python: HTTP and the API process cost {1 - over_http / mean:.0%} "
+                         "of the in-process rate.")
+        one_by_one = summary.get(("ingest", key[1].replace("direct-batch", "direct")))
+        if key[1].startswith("direct-batch") and one_by_one:
+            lines.append(f"- ingest {key[1]}: {mean:,.0f} jobs/s in batches of {BATCH_JOBS} per statement and "
+                         f"commit, {mean / one_by_one:.1f}x one job per call: the per-call and per-commit costs "
+                         "are shared by the batch.")
+    return lines or ["- no passing execution or ingestion runs to explain."]
