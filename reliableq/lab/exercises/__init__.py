@@ -8,6 +8,7 @@ Layout
     virtual_clock an event loop whose clock the check controls (commit-before-ack's held store)
     properties    whole-range checks of a pure policy: exhaustive, hypothesis, goodness of fit
     mutant, mutants, mutants_sql, mutants_python  the grader's own test: mutants of each reference, graded
+    mutants_equivalent, mutants_differential  the mutants reviewed as equivalent, and the run confirming each
     workspace     the learner's files, backups and progress, outside any notebook
     commit_before_ack  exercise 02: the order of storing a submission and acknowledging it (Python)
     skip_locked   exercise 03: the claim's lock (SQL)
