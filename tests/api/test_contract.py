@@ -27,7 +27,7 @@ from reliableq.api import HEALTH_PATHS, create_api_app
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.servers import LoopbackServer
 from tests.api.contract_hooks import one_key
-from tests.api.test_api import make_dead
+from tests.api.job_steps import make_dead
 from tests.conftest import serve
 
 EXAMPLES_PER_OPERATION = 25  # bounded: the fuzzing takes about 15 s, the run of every phase about 10 s

@@ -15,7 +15,7 @@ import pytest
 
 from reliableq.api import create_api_app
 from reliableq.charge.handler import STANDARD_KINDS
-from tests.api.test_api import submit
+from tests.api.job_steps import submit
 from tests.conftest import serve
 
 pytestmark = pytest.mark.anyio
