@@ -70,6 +70,16 @@ out = {"reliableq": reliableq.__file__, "reliableq_stages": reliableq_stages.__f
 """
 
 
+def _imported_from(archive: zipfile.ZipFile, site: Path) -> tuple[Path, Path]:
+    """Install `archive` by extracting it into `site` and import from there in a fresh interpreter, outside
+    the checkout; check what any install must give (the stages by their installed name, none of the
+    checkout's folders importable) and return the folders `reliableq` and `reliableq_stages` came from."""
+    archive.extractall(site)
+    out = _run_installed(site, IMPORTS, cwd=site.parent)
+    assert (out["fencing"], out["elsewhere"]) == ("reliableq_stages.s05_fencing", [])
+    return Path(out["reliableq"]).parent, Path(out["reliableq_stages"]).parent
+
+
 def test_the_wheel_installs_reliableq_and_the_stages_as_reliableq_stages(wheel):
     """Exactly the two packages at the top, no `stages`; the stages package holds the folder's modules."""
     assert _top_level(wheel) == INSTALLED
@@ -80,11 +90,7 @@ def test_the_wheel_installs_reliableq_and_the_stages_as_reliableq_stages(wheel):
 
 def test_the_wheels_stages_import_by_their_installed_name(wheel, tmp_path):
     site = tmp_path / "site"
-    wheel.extractall(site)
-    out = _run_installed(site, IMPORTS, cwd=tmp_path)
-    assert out == {"reliableq": str(site / "reliableq" / "__init__.py"),
-                   "reliableq_stages": str(site / "reliableq_stages" / "__init__.py"),
-                   "fencing": "reliableq_stages.s05_fencing", "elsewhere": []}
+    assert _imported_from(wheel, site) == (site / "reliableq", site / "reliableq_stages")
 
 
 def test_an_editable_install_maps_the_two_names_to_the_checkout_and_nothing_else(editable, tmp_path):
@@ -95,12 +101,7 @@ def test_an_editable_install_maps_the_two_names_to_the_checkout_and_nothing_else
                      "_editable_impl_reliableq_stages.pth", "_editable_impl_reliableq_stages.py"}
     for pth in (name for name in files if name.endswith(".pth")):
         assert all(line.startswith("import ") for line in editable.read(pth).decode().splitlines())
-    site = tmp_path / "site"
-    editable.extractall(site)
-    out = _run_installed(site, IMPORTS, cwd=tmp_path)
-    assert out == {"reliableq": str(ROOT / "reliableq" / "__init__.py"),
-                   "reliableq_stages": str(ROOT / "stages" / "__init__.py"),
-                   "fencing": "reliableq_stages.s05_fencing", "elsewhere": []}
+    assert _imported_from(editable, tmp_path / "site") == (ROOT / "reliableq", ROOT / "stages")
 
 
 def _sources() -> dict[str, str]:
