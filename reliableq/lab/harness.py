@@ -153,10 +153,15 @@ class LocalSystem:
         await self._wait_on_jobs(reached, timeout, f"job {job_id} to become {'/'.join(sorted(statuses))}")
         return await self.queue.get(job_id)
 
-    async def wait_settled(self, job_ids: Sequence[uuid.UUID] | None = None, timeout: float = 60.0) -> None:
-        """Until every job (or every one of `job_ids`) is SUCCEEDED or DEAD. Raises RuntimeError at once if
-        nobody is left to settle them (every worker process exited, no in-process worker runs)."""
+    async def wait_settled(self, job_ids: Sequence[uuid.UUID] | None = None, timeout: float = 60.0, *,
+                           give_up: Callable[[], Awaitable[bool]] | None = None) -> bool:
+        """Until every job (or every one of `job_ids`) is SUCCEEDED or DEAD: True. Raises RuntimeError at once
+        if nobody is left to settle them (every worker process exited, no in-process worker runs). Returns
+        False, unsettled, as soon as `give_up` says that waiting longer cannot settle them."""
+        gave_up = False
+
         async def settled() -> bool:
+            nonlocal gave_up
             if job_ids is None:
                 counts = await self.queue.counts()
                 done = counts["PENDING"] == 0 and counts["RUNNING"] == 0
@@ -165,9 +170,18 @@ class LocalSystem:
                 done = all(job is not None and job.status in SETTLED_STATUSES for job in jobs)
             if not done and self._everyone_stopped():
                 raise RuntimeError(f"every worker stopped before the run settled: {await self.queue.counts()}")
-            return done
+            gave_up = not done and give_up is not None and await give_up()
+            return done or gave_up
         what = "every job" if job_ids is None else f"{len(job_ids)} job(s)"
         await self._wait_on_jobs(settled, timeout, f"{what} to be SUCCEEDED or DEAD")
+        return not gave_up
+
+    async def only_jobs_past_their_budget_unsettled(self) -> bool:
+        """Whether every unsettled job has already been claimed more times than its attempt budget allows:
+        such a job (dead-lettering off retries it forever) can never settle as it should."""
+        async with self.queue.pool.connection() as conn:
+            row = await (await conn.execute(_LAB_Q["lab_unsettled_within_budget"])).fetchone()
+        return row[0] == 0
 
     async def _wait_on_jobs(self, condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
         """wait_until, and on a timeout what there is to read about why: the unsettled jobs, what the

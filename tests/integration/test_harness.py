@@ -44,6 +44,23 @@ async def test_settling_fails_at_once_when_every_worker_process_is_gone(database
             await system.wait_settled(timeout=600)
 
 
+async def test_settling_gives_up_once_only_jobs_past_their_budget_are_left(databases):
+    """With dead-lettering off, a job claimed more times than its budget retries forever: a wait told to
+    give up then stops at once, unsettled, instead of waiting out its deadline; while any job is within
+    its budget the wait goes on."""
+    async with local_system(databases=databases, api=False, worker_pool_size=0) as system:
+        give_up = system.only_jobs_past_their_budget_unsettled
+        within, past = [await system.submit_direct(CHARGE) for _ in range(2)]
+        with psycopg.connect(databases.queue_url, autocommit=True) as conn:
+            conn.execute("UPDATE jobs SET attempts = max_attempts + 1 WHERE id = %s", (past.id,))
+            assert not await give_up()
+            with pytest.raises(TimeoutError):
+                await system.wait_settled(timeout=0.2, give_up=give_up)
+            conn.execute("UPDATE jobs SET attempts = max_attempts + 1 WHERE id = %s", (within.id,))
+            assert await give_up()
+            assert await system.wait_settled(timeout=600, give_up=give_up) is False
+
+
 async def test_faults_go_where_the_servers_run(databases):
     """Live fault objects only for servers in this process, CLI arguments only for server processes."""
     with pytest.raises(ValueError, match="charge_args"):
