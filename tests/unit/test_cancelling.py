@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from reliableq.cancelling import cancel_and_wait, event_set_within, to_thread_to_its_end
+from reliableq.lab.waiting import wait_until
 
 
 async def test_says_whether_the_event_was_set_in_time():
@@ -69,18 +70,21 @@ async def test_a_task_that_swallows_its_cancellation_is_cancelled_again_until_it
 
 
 async def test_a_thread_is_waited_for_to_its_end_when_its_caller_is_cancelled():
-    release, finished = threading.Event(), threading.Event()
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
     def start_a_server() -> str:
+        started.set()
         release.wait(10)
         finished.set()
         return "http://127.0.0.1:1"
 
     caller = asyncio.create_task(to_thread_to_its_end(start_a_server))
-    await asyncio.sleep(0.05)
+    await wait_until(started.is_set, 10, "the thread to start the server")
     caller.cancel()
-    await asyncio.sleep(0.05)
-    assert not caller.done(), "the caller returned while its thread was still starting the server"
+    # A caller still waiting gives no sign; one that left its thread behind ends a loop step after the
+    # cancellation. So wait for its end, far longer than that step: the end must not come.
+    ended, _ = await asyncio.wait({caller}, timeout=0.1)
+    assert not ended, "the caller returned while its thread was still starting the server"
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await caller
