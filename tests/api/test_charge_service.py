@@ -354,7 +354,7 @@ _JOB = str(uuid.UUID(int=7))
 ])
 async def test_malformed_charge_body_is_400_and_charges_nothing(databases, body):
     """A malformed charge request gets 400 with a message, and no charge is created."""
-    # Asserted after the server stopped: a 500's traceback is logged by then (see test_api.serve).
+    # Asserted after the server stopped: a 500's traceback is logged by then (see tests/conftest.py serve).
     async with charge_service(databases) as http:
         # json.dumps escapes NUL and lone surrogates (\\u0000, \\ud800), as any JSON client may send them.
         content = body if isinstance(body, bytes) else json.dumps(body).encode()

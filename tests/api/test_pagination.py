@@ -6,28 +6,18 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from reliableq.api import create_api_app
-from reliableq.charge.handler import STANDARD_KINDS
 from tests.api.job_steps import submit
-from tests.conftest import serve
 
 pytestmark = pytest.mark.anyio
 
 OLD_JOBS = 3000
 PAGE = 250
-
-
-@pytest.fixture
-async def api(databases) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as client:
-        yield client
 
 
 async def execute(url: str, query: str, params: tuple = ()) -> list[tuple]:

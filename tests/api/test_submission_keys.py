@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 import psycopg
@@ -21,12 +20,6 @@ from tests.conftest import serve
 pytestmark = pytest.mark.anyio
 
 CHARGE = {"amount_cents": 1250, "currency": "USD"}
-
-
-@pytest.fixture
-async def api(databases) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as client:
-        yield client
 
 
 async def stored(queue_url: str) -> dict[str, int]:
