@@ -14,6 +14,16 @@ import time
 import uvicorn
 
 STARTUP_TIMEOUT_SECONDS = 30.0
+# A server must keep an idle connection open longer than any client keeps one for reuse (httpx 5 s,
+# aiohttp 15 s), or a client may send a request on a connection the server is closing at that moment
+# and be told "Server disconnected without sending a response": uvicorn's default of 5 s did that to
+# the benchmark's request after a 5 s drain on a loaded machine.
+KEEP_ALIVE_SECONDS = 75
+
+
+def uvicorn_config(app, **options) -> uvicorn.Config:
+    """How every server of the project runs an app: quiet below warnings, idle connections kept long."""
+    return uvicorn.Config(app, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, **options)
 
 
 def free_port() -> int:
@@ -47,8 +57,7 @@ class LoopbackServer:
         self._socket = bind_listener(host, port)
         host, port = self._socket.getsockname()[:2]
         self.url = f"http://{host}:{port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
+        self._server = uvicorn.Server(uvicorn_config(app, lifespan="on", timeout_graceful_shutdown=1))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
                                         name=f"uvicorn {self.url}", daemon=True)
 

@@ -39,7 +39,7 @@ def _serve(app, name: str, host: str, port: int, detail: str = "") -> int:
     log_config=None: uvicorn's own loggers then go through ours (one format, JSON too), at WARNING."""
     import uvicorn
 
-    from reliableq.servers import bind_listener
+    from reliableq.servers import bind_listener, uvicorn_config
     try:
         listener = bind_listener(host, port)
     except OSError as error:
@@ -50,7 +50,7 @@ def _serve(app, name: str, host: str, port: int, detail: str = "") -> int:
     # of dying by the signal without a word. (A SIGTERM before uvicorn starts ends the process at once.)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None)).run(sockets=[listener])
+        uvicorn.Server(uvicorn_config(app, log_config=None)).run(sockets=[listener])
     finally:
         log.info("%s stopped", name)
     return 0

@@ -28,3 +28,21 @@ async def test_served_connections_turn_nagle_off():
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_servers_keep_an_idle_connection_open_longer_than_clients_reuse_one():
+    """A client that reuses a connection the server is closing at that moment is told "Server
+    disconnected without sending a response" (the benchmark met it after a 5 s drain): the server's
+    idle limit must be past the longest reuse of the clients the project uses (its workers' aiohttp,
+    the lab's and the tests' httpx)."""
+    import aiohttp
+    import httpx
+
+    from reliableq.servers import uvicorn_config
+
+    connector = aiohttp.TCPConnector()
+    try:
+        longest_client_reuse = max(httpx.Limits().keepalive_expiry, connector._keepalive_timeout)
+    finally:
+        await connector.close()
+    assert uvicorn_config(app=None).timeout_keep_alive > 2 * longest_client_reuse
