@@ -6,7 +6,16 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from reliableq.lab.places import BENCH_RESULTS_VARIABLE, WORKSPACE_VARIABLE, reference_bench_results
 
 os.environ.setdefault(WORKSPACE_VARIABLE, tempfile.mkdtemp(prefix="reliableq-test-workspace-"))
 os.environ[BENCH_RESULTS_VARIABLE] = str(reference_bench_results(Path(__file__).resolve().parents[1]))
+
+
+def pytest_collection_modifyitems(items):
+    """A notebook runs its stages end to end: slow, left out of the inner loop (`-m "not slow"`)."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

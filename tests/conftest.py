@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -37,6 +38,18 @@ def pytest_pycollect_makeitem(collector, name, obj):
     """Run every `async def test_*` on anyio, before parametrization sees it."""
     if collector.funcnamefilter(name) and inspect.iscoroutinefunction(obj):
         pytest.mark.anyio(obj)
+
+
+# The tiers that run the whole system (real processes, stages, chaos, the benchmark, a browser): every
+# test in them is slow, so the inner loop (`-m "not slow"`, CONTRIBUTING.md) leaves them out whole, and
+# the stability tier with them (that -m replaces the default's "not stability").
+END_TO_END_TIERS = tuple(Path(__file__).parent / tier for tier in ("browser", "bench", "chaos", "stages"))
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("stability") or any(item.path.is_relative_to(tier) for tier in END_TO_END_TIERS):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(trylast=True)

@@ -49,6 +49,7 @@ def jobs_stored(databases):
     return count
 
 
+@pytest.mark.slow
 def test_api_answers_as_its_document_says(api_url, jobs_stored):
     """Fixed examples (derandomized) of every operation, fitting the document (positive) or not
     (negative), each answer put to every check: a positive example refused or a negative one accepted
@@ -97,6 +98,7 @@ def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_method
             assert set(response.headers["Allow"].split(", ")) == allowed, (method, path)
 
 
+@pytest.mark.slow
 def test_schemathesis_run_with_every_check_finds_nothing(api_url, tmp_path):
     """`st run` as a user would start it, every phase (examples, coverage: each parameter's edges and each
     undeclared method, fuzzing, stateful) and every check, with a fixed seed: no failure."""

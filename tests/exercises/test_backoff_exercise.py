@@ -102,6 +102,7 @@ def test_right_answers_pass_the_direct_checks(text):
         "exponent-one-too-small", "clipped-normal", "exponent-one-too-large", "decorrelated",
         "cap-ignored-past-attempt-10", "uncapped", "doubling-from-base", "milliseconds", "global-random",
         "from-the-clock", "exponent-overflows"])
+@pytest.mark.slow
 async def test_wrong_answers_fail_first_on_the_invariant_they_break_naming_the_mistake(text, invariant, said):
     """The direct checks run before the stage's scenario, so the first line names the mistake and no
     database is needed to say it."""
@@ -153,6 +154,7 @@ async def test_code_that_cannot_be_loaded_fails_with_one_line():
                             "Perhaps you forgot a comma?"]
 
 
+@pytest.mark.slow
 async def test_the_stages_scenario_fails_the_starter():
     """Retrying at once hammers the charge service through its outage (the scenario alone, as the checker
     runs it after the direct checks)."""
@@ -170,6 +172,7 @@ async def test_a_check_without_a_database_could_not_run(monkeypatch):
                                       "schedules held before it): cannot connect to PostgreSQL")
 
 
+@pytest.mark.slow
 async def test_the_reference_passes_and_an_earlier_exercise_its_piece_cannot_change_is_not_run_again():
     """The whole-checker pass (forced schedules, scenario, chaos). Fencing's stage (05) runs with backoff
     off, so the retry delay cannot change what fencing's checks see: it is said, not run again."""

@@ -184,6 +184,7 @@ def test_verdicts_are_the_same_every_time_beside_two_cpu_burning_processes():
     ("async def accept(store):\n    await store()\n", "accept() takes 1 positional argument but 2 were given"),
     ("async def store_then_ack(store, acknowledge):\n    pass\n", "define a function named accept"),
 ], ids=["syntax", "exception", "endless-loop", "endless-loop-in-a-task", "not-async", "one-argument", "misnamed"])
+@pytest.mark.slow
 def test_broken_code_is_said_at_the_learners_line_without_a_traceback(text, said):
     with pytest.raises(LearnerError) as raised:
         broken(text)
@@ -198,6 +199,7 @@ BROKEN_IN_THE_API = [
 ]
 
 
+@pytest.mark.slow
 async def test_the_api_answers_a_learners_broken_accept_with_a_json_500_not_a_hang(databases):
     """The API's own thread meets the learner's mistake (an exception, no answer, a wait or a loop that
     never ends): the client gets a JSON 500 within the deadline (shortened here), and the mistake is
@@ -210,6 +212,7 @@ async def test_the_api_answers_a_learners_broken_accept_with_a_json_500_not_a_ha
         assert all(str(error).startswith("commit_before_ack.py, line ") for error in order.errors)
 
 
+@pytest.mark.slow
 async def test_the_reference_passes_the_forced_schedules_the_scenario_and_chaos():
     result = await check(exercise.EXERCISE, exercise.REFERENCE, seed=1, seeds=1)
     assert result.outcome is Outcome.PASSED, result.text()

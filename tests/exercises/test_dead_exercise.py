@@ -139,6 +139,7 @@ def test_broken_code_is_said_at_the_learners_line_without_a_traceback(text, said
     assert said in str(raised.value) and "Traceback" not in str(raised.value)
 
 
+@pytest.mark.slow
 async def test_the_reference_passes_the_forced_schedules_the_scenario_and_chaos():
     result = await check(dead.EXERCISE, dead.REFERENCE, seed=1, seeds=1)
     assert result.outcome is Outcome.PASSED, result.text()

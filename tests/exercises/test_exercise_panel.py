@@ -4,11 +4,14 @@ reference's Check is also fencing's whole-checker pass (forced schedules, scenar
 
 from __future__ import annotations
 
+import pytest
+
 from reliableq.lab.exercises import fencing
 from reliableq.lab.exercises.checker import Outcome
 from reliableq.lab.exercises.panel import ExercisePanel
 
 
+@pytest.mark.slow
 async def test_checking_the_reference_passes_and_the_starter_fails_through_the_panel(tmp_path):
     panel = ExercisePanel(fencing.EXERCISE, tmp_path, seeds=1)
     assert panel.hint().startswith("Your file is still the starter")

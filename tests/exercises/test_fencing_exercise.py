@@ -160,6 +160,7 @@ MUTANTS_FOUND = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong, invariant, said", MUTANTS_FOUND.values(), ids=MUTANTS_FOUND.keys())
 async def test_wrong_answers_the_mutation_score_found_are_named_in_a_forced_schedule(wrong, invariant, said):
     assert wrong != fencing.REFERENCE

@@ -137,6 +137,7 @@ def test_the_learners_queries_reach_the_charge_service_beside_earlier_exercises_
         create_charge_app("postgresql://unused", replaced_queries={"charge_insert": "SELECT 1"})
 
 
+@pytest.mark.slow
 async def test_the_reference_passes():
     result = await check(idempotency.EXERCISE, idempotency.REFERENCE, seed=1, seeds=1)
     assert result.outcome is Outcome.PASSED, result.text()

@@ -67,6 +67,7 @@ def test_the_starter_and_reference_come_from_the_shipped_claim():
         assert text != leases.REFERENCE
 
 
+@pytest.mark.slow
 async def test_the_reference_passes_with_exercise_03_again():
     """The one whole check of this file: forced schedules, the scenario, then exercise 03 again."""
     result = await check(leases.EXERCISE, leases.REFERENCE, seed=1, seeds=1, earlier=EARLIER)
@@ -130,6 +131,7 @@ async def test_a_shared_lock_is_named_as_exercise_03_regressed_every_time():
     assert "took jobs claimer A had read, then waited for claimer A" in str(held.violations), held
 
 
+@pytest.mark.slow
 async def test_a_dropped_lock_is_named_as_exercise_03_regressed():
     """Exercise 03's forced schedules run again on the learner's claim: a dropped lock is its regression."""
     result = await check(leases.EXERCISE, NO_LOCK, seed=1, seeds=0, earlier=EARLIER)

@@ -152,6 +152,7 @@ SAMPLED = [("commit-before-ack", "await"), ("skip-locked", "limit"), ("idempoten
            ("backoff", "arithmetic"), ("dead", "answer"), ("semaphore", "arithmetic")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, operator", SAMPLED, ids=[name for name, _ in SAMPLED])
 async def test_a_seeded_sample_of_mutants_is_rejected_by_the_real_checker(name, operator):
     exercise = EXERCISES[name]
@@ -176,6 +177,7 @@ SWAPPED = "decide, lines 21 and 23: `if outcome_kind == 'ok':` and `if outcome_k
 RETRY_NOT_DEAD = "decide, line 26: return 'dead' -> 'retry'"
 
 
+@pytest.mark.slow
 async def test_a_survivor_is_equivalent_only_when_listed_and_the_differential_agrees():
     """Two early returns on disjoint conditions, swapped: the real checker passes it. Unlisted, it is a
     survivor; listed, the differential over every outcome, attempt and budget the API accepts confirms

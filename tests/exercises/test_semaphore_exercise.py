@@ -99,6 +99,7 @@ def test_broken_code_is_said_at_the_learners_line_without_a_traceback(text, said
     assert said in str(raised.value) and "Traceback" not in str(raised.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", [ONE_AT_A_TIME, CONTRACT], ids=["one-at-a-time", "contract"])
 async def test_right_answers_pass_the_scenario_and_chaos(text):
     """One job in flight per worker leaves three jobs to meet chaos's outage: its bound is on each job's

@@ -48,6 +48,7 @@ def test_the_starter_and_reference_come_from_the_shipped_claim():
         assert text != skip_locked.REFERENCE
 
 
+@pytest.mark.slow
 async def test_the_reference_passes_forced_schedules_first():
     """The one whole check of this file: the forced schedules run before the stage's scenario."""
     result = await check(skip_locked.EXERCISE, skip_locked.REFERENCE, seed=1, seeds=1)
@@ -78,6 +79,7 @@ TAKEN_BY_ALL = {"job": "job-1", "A": 4, "claimed by": "claimer-A and claimer-B a
     (ANY_RUNNING, "a claim takes only due jobs", "leave it: its lease is live: another worker is running it"),
 ], ids=["no-lock", "for-key-share-skip-locked", "for-share-skip-locked", "for-update-waits", "nowait-fails",
         "update-by-status", "ignores-run-at", "takes-live-leases"])
+@pytest.mark.slow
 async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
     """The first broken check is the one the checker shows: it names the mistake in its schedule."""
     checks = await skip_locked.direct(skip_locked.load(wrong), seed=1)
@@ -129,6 +131,7 @@ MUTANTS_FOUND = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong, invariant, said", MUTANTS_FOUND.values(), ids=MUTANTS_FOUND.keys())
 async def test_wrong_answers_the_mutation_score_found_are_named_in_a_forced_schedule(wrong, invariant, said):
     assert wrong != skip_locked.REFERENCE

@@ -252,6 +252,7 @@ def test_unreachable_database_fails_with_one_clear_line():
 
 # -- operating the queue --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_submit_then_show_the_job(databases):
     """`submit` prints the new job's id and `jobs show ID` prints it as JSON with its history."""
     env = database_env(databases)
@@ -302,6 +303,7 @@ def test_show_unknown_job_fails_with_one_line(databases):
     assert str(missing) in line
 
 
+@pytest.mark.slow
 def test_replay_refuses_a_job_that_is_not_dead(databases):
     """`replay ID` of a PENDING job exits 2, says only DEAD jobs can be replayed, and changes nothing."""
     env = database_env(databases)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from reliableq.servers import free_port
 from tests.integration.test_cli import reliableq
 
@@ -18,6 +20,7 @@ def checks_named(stdout: str) -> list[str]:
     return [re.match(r"^[✓✗–] ([^:]+):", line).group(1) for line in stdout.splitlines()]
 
 
+@pytest.mark.slow
 def test_skip_stage_passes_every_check_but_the_stage():
     """Every check but the stage's is run, in order, and passes: one ✓ line each, exit 0."""
     result = reliableq("doctor", "--skip-stage")
@@ -27,6 +30,7 @@ def test_skip_stage_passes_every_check_but_the_stage():
     assert re.search(r"^✓ database: PostgreSQL \d+", result.stdout, re.MULTILINE), result.stdout
 
 
+@pytest.mark.slow
 def test_a_closed_database_port_fails_the_database_line_with_its_fix():
     """A DATABASE_URL whose port nothing listens on: the database line is ✗ and says what to do, the stage
     that needs it is not run, the other checks still report, and the exit is 1."""
@@ -41,6 +45,7 @@ def test_a_closed_database_port_fails_the_database_line_with_its_fix():
     assert [name for name, line in lines.items() if line.startswith("✗")] == ["database", "stage"], result.stdout
 
 
+@pytest.mark.slow
 def test_json_lists_every_check_with_its_outcome():
     """--json prints only a JSON list: every check, in order, each {check, ok, detail, fix}."""
     result = reliableq("doctor", "--json")
@@ -51,6 +56,7 @@ def test_json_lists_every_check_with_its_outcome():
     assert all(c["ok"] is True and c["detail"] and c["fix"] is None for c in checks), checks
 
 
+@pytest.mark.slow
 def test_the_full_run_reports_how_long_the_stage_took():
     """Without --skip-stage a real stage runs end to end (API, worker, charge service) and its line says
     in how many seconds."""

@@ -34,6 +34,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
+@pytest.mark.slow
 async def test_tables_and_charts_show_the_counts_before_and_after():
     """counts_table stacks both runs; plot_counts draws one panel per run; the timeline has a lane per worker."""
     stage = reliableq_stages.get("idempotency")
@@ -59,6 +60,7 @@ async def test_scenario_panel_runs_with_the_switches_a_learner_picked():
     assert panel.output.outputs and not panel.button.disabled
 
 
+@pytest.mark.slow
 async def test_a_second_run_replaces_the_first_in_the_panel():
     """Run with idempotency off, then on: the panel shows the second result only, with one summary."""
     panel = panels.ScenarioPanel(reliableq_stages.get("idempotency"), ScenarioParams(seed=1, jobs=1))

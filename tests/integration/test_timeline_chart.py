@@ -30,6 +30,7 @@ def _legend(figure) -> list[str]:
     return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
 
 
+@pytest.mark.slow
 async def test_a_stranded_claim_is_drawn_to_the_end_of_a_run_in_which_nothing_more_happened():
     params = ScenarioParams(seed=1)
     off = await reliableq_stages.get("leases").scenario(False, params)
@@ -47,6 +48,7 @@ async def test_a_run_whose_attempts_all_end_has_no_open_attempt_and_no_quiet_str
     assert not _texts(figure)
 
 
+@pytest.mark.slow
 async def test_a_chaos_run_is_drawn_job_by_job_with_the_broken_jobs_in_red():
     """Notebook 10's chart: a lane per acknowledged job in submission order, and exactly the jobs an
     invariant names (idempotency off: charged twice) labelled in red."""

@@ -44,6 +44,7 @@ async def test_a_submission_wakes_an_idle_worker_long_before_its_poll(databases)
         await system.stop_workers()
 
 
+@pytest.mark.slow
 async def test_without_wake_a_submission_waits_for_the_poll(databases):
     """The failure wake-on-submit removes: the job sits PENDING while the worker sleeps out its poll."""
     async with local_system(databases=databases, api=False, charge=False) as system:
@@ -72,6 +73,7 @@ async def test_a_worker_whose_listener_is_cut_off_hears_again(databases):
         await system.stop_workers()
 
 
+@pytest.mark.slow
 async def test_a_notification_comes_only_with_the_commit_of_an_insert_and_only_while_a_worker_is_idle(databases):
     async with await psycopg.AsyncConnection.connect(databases.queue_url, autocommit=True) as listener, \
             await psycopg.AsyncConnection.connect(databases.queue_url) as writer:

@@ -10,6 +10,8 @@ import time
 import uuid
 from dataclasses import replace
 
+import pytest
+
 from reliableq.config import Mechanisms
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
@@ -168,6 +170,7 @@ async def test_stale_worker_finalize_is_fenced_out(databases):
                                                                   ("worker-2", "succeeded")]
 
 
+@pytest.mark.slow
 async def test_a_success_keeps_its_lease_while_its_commit_is_held_back(databases):
     """The lease is renewed until the finalize is recorded, not only while the effect runs: two successes
     whose group commit is held back for three lease lengths keep their leases, so a second worker polling

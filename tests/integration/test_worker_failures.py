@@ -139,6 +139,7 @@ async def test_attempt_budget_makes_a_failing_job_dead(databases):
     assert [a["outcome"] for a in attempts] == ["retried", "retried", "dead"]
 
 
+@pytest.mark.slow
 async def test_ambiguous_outcome_retried_safely_with_the_same_key(databases):
     """A charge committed whose answer was lost is retried with the same key: two requests, one charge."""
     (job_id,) = fixed_ids("ambiguous", 1)

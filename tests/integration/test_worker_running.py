@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 from reliableq.handlers import JobContext, Outcome
@@ -79,6 +81,7 @@ async def submit_many(system: LocalSystem, n: int) -> list[uuid.UUID]:
     return list(await asyncio.gather(*(system.submit_http(1000 + i) for i in range(n))))
 
 
+@pytest.mark.slow
 async def test_semaphore_bounds_jobs_in_flight(databases):
     """With the semaphore on, a worker with concurrency 3 never has more than 3 charges in flight."""
     async with local_system(charge_faults=ChargeFaults(latency_seconds=0.2), databases=databases) as system:
@@ -131,6 +134,7 @@ async def test_stop_within_grace_lets_the_handler_finish(databases):
     assert abhcf(c) == (1, 1, 1, 1), c.short()
 
 
+@pytest.mark.slow
 async def test_stop_past_grace_abandons_the_job_to_lease_expiry(databases):
     """A handler still charging when the grace runs out is abandoned, never marked SUCCEEDED, and reclaimed."""
     async with local_system(charge_faults=ChargeFaults(latency_seconds=1.0), databases=databases) as system:

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from reliableq import db, scratch
 from reliableq.lab.waiting import wait_until
@@ -63,6 +64,7 @@ async def test_a_killed_owners_database_is_dropped_by_the_next_owner_and_a_live_
         db.drop_database(db.server_url(), kept)
 
 
+@pytest.mark.slow
 def test_the_wait_for_a_starting_server_ends_when_it_is_ready_and_at_once_when_it_exited(tmp_path: Path):
     stand_in = subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE)  # a live pid
     pid_file = tmp_path / "postmaster.pid"
