@@ -69,7 +69,6 @@ class WorkerSettings:
     # poll stays the fallback. Off: only the poll finds new jobs.
     wake_on_submit: bool = True
     unbounded_claim_limit: int = 1000  # how many jobs one claim takes with the semaphore off
-    charge_timeout_seconds: float = 5.0  # no answer by then: the outcome is ambiguous
     backoff_base_seconds: float = 0.5  # first retry delay cap; doubles per attempt
     backoff_max_seconds: float = 60.0  # cap on any retry delay
     backoff_seed: int | None = None  # None: system randomness; an int makes jitter reproducible
@@ -83,8 +82,7 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        for name in ("lease_seconds", "poll_seconds", "charge_timeout_seconds",
-                     "backoff_base_seconds", "backoff_max_seconds", "db_wait_seconds"):
+        for name in ("lease_seconds", "poll_seconds", "backoff_base_seconds", "backoff_max_seconds", "db_wait_seconds"):
             if not getattr(self, name) > 0:  # written so that NaN fails too
                 raise ValueError(f"{name} must be positive")
         if self.fleet_limit is not None and self.fleet_limit < 1:

@@ -13,6 +13,7 @@ import sys
 import reliableq_stages
 from reliableq import db
 from reliableq.bench.scenarios import SCENARIOS
+from reliableq.charge.client import DEFAULT_TIMEOUT_SECONDS as CHARGE_TIMEOUT_SECONDS
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import (
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=positive_float, default=WORKER.poll_seconds, help="idle poll interval in seconds")
     p.add_argument("--poll-only", action="store_true",
                    help="find new jobs only by polling (no LISTEN connection): a submission waits for the next poll")
-    p.add_argument("--charge-timeout", type=positive_float, default=WORKER.charge_timeout_seconds,
+    p.add_argument("--charge-timeout", type=positive_float, default=CHARGE_TIMEOUT_SECONDS,
                    help="seconds to wait for the charge service")
     p.add_argument("--grace", type=non_negative_float, default=WORKER.shutdown_grace_seconds,
                    help="seconds in-flight work may finish after SIGTERM")

@@ -92,7 +92,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     mechanisms = mechanisms_from(args)  # bad switches are a usage error, reported before touching the database
     check_fleet_limit(args.fleet_limit, mechanisms)
     settings = WorkerSettings(concurrency=args.concurrency, lease_seconds=args.lease, poll_seconds=args.poll,
-                              charge_timeout_seconds=args.charge_timeout, shutdown_grace_seconds=args.grace,
+                              shutdown_grace_seconds=args.grace,
                               backoff_seed=args.seed, worker_id=args.worker_id, fleet_limit=args.fleet_limit,
                               wake_on_submit=not args.poll_only,
                               db_wait_seconds=seconds_from(args.db_wait, "RELIABLEQ_DB_WAIT",
@@ -140,7 +140,7 @@ async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults
     pool = await db.open_pool_checked(databases.queue_url, max_size=min(settings.concurrency, 32) + 2,
                                       idle_in_transaction_seconds=settings.lease_seconds,
                                       db_timeout_seconds=settings.db_wait_seconds)
-    charges = ChargeClient(args.charge_url, settings.charge_timeout_seconds, mechanisms.idempotency)
+    charges = ChargeClient(args.charge_url, args.charge_timeout, mechanisms.idempotency)
     metrics = WorkerMetrics() if args.metrics_port is not None else None
     worker = Worker(Queue(pool, mechanisms, faults), standard_handlers(charges), settings, faults,
                     stats=metrics.stats if metrics else None)

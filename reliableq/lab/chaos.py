@@ -181,7 +181,8 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
     settings = fast_settings(concurrency=config.concurrency, lease_seconds=config.lease_seconds,
                              backoff_seed=config.seed, backoff_base_seconds=backoff_base,
                              backoff_max_seconds=2 * backoff_base,
-                             charge_timeout_seconds=max(1.0, config.lease_seconds), fleet_limit=config.fleet_limit)
+                             fleet_limit=config.fleet_limit)
+    charge_timeout = max(1.0, config.lease_seconds)
     started_wall = None
     async with local_system(config.mechanisms, charge_faults, api_faults, database_prefix="rq_chaos",
                             worker_pool_size=_worker_pool_size(config), pieces=config.pieces) as system:
@@ -199,7 +200,7 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
                 _arm(faults, fault, _for_job(acknowledged[index]), config.lease_seconds * 1.6)
         began = time.monotonic()
         stop = asyncio.Event()
-        supervisors = [asyncio.create_task(_supervise(system, settings, faults, slot, stop))
+        supervisors = [asyncio.create_task(_supervise(system, settings, charge_timeout, faults, slot, stop))
                        for slot in range(config.workers)]
         settled = True
         try:
@@ -298,12 +299,13 @@ class _SlotResult:
     accounts: dict[str, WorkerStats] = field(default_factory=dict)  # by worker id; crashed workers left out
 
 
-async def _supervise(system: LocalSystem, settings, faults: FaultPlan, slot: int,
+async def _supervise(system: LocalSystem, settings, charge_timeout: float, faults: FaultPlan, slot: int,
                      stop: asyncio.Event) -> _SlotResult:
     """Run one worker slot, restarting its worker after each crash, until told to stop."""
     result, generation = _SlotResult(), 0
     while True:
-        worker = system.worker(settings.with_id(f"chaos-{slot}.{generation}"), faults)
+        worker = system.worker(settings.with_id(f"chaos-{slot}.{generation}"), faults,
+                               charge_timeout_seconds=charge_timeout)
         task = system.start_worker(worker)
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)

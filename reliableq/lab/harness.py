@@ -43,6 +43,7 @@ from reliableq.servers import LoopbackServer
 from reliableq.worker import Worker, WorkerStats
 
 SETTLED_STATUSES = frozenset({"SUCCEEDED", "DEAD"})
+FAST_CHARGE_TIMEOUT_SECONDS = 2.0  # an experiment's in-process workers give a charge up as ambiguous sooner
 _LAB_Q = sql.queries("lab_queue")
 
 
@@ -78,9 +79,11 @@ class LocalSystem:
     # -- workers in this process ---------------------------------------------------------------
 
     def worker(self, settings: WorkerSettings = WorkerSettings(), faults: FaultPlan | None = None,
-               mechanisms: Mechanisms | None = None, handlers: HandlerRegistry | None = None) -> Worker:
-        """A worker over this system, running the standard job kinds unless given `handlers`. Start it
-        with `start_worker`, or `await worker.run()`."""
+               mechanisms: Mechanisms | None = None, handlers: HandlerRegistry | None = None,
+               charge_timeout_seconds: float = FAST_CHARGE_TIMEOUT_SECONDS) -> Worker:
+        """A worker over this system, running the standard job kinds (charges given up as ambiguous after
+        `charge_timeout_seconds`) unless given `handlers`. Start it with `start_worker`, or
+        `await worker.run()`."""
         if self.worker_pool is None:
             raise RuntimeError("this system was started without a pool for in-process workers")
         if settings.db_wait_seconds != self.worker_pool.timeout:
@@ -89,7 +92,7 @@ class LocalSystem:
         m = mechanisms or self.mechanisms
         queue = Queue(self.worker_pool, m, faults, self.pieces.queue_queries)
         if handlers is None:
-            charges = ChargeClient(self.charge_url, settings.charge_timeout_seconds, send_idempotency_key=m.idempotency)
+            charges = ChargeClient(self.charge_url, charge_timeout_seconds, send_idempotency_key=m.idempotency)
             self._charge_clients.append(charges)
             handlers = standard_handlers(charges)
         retry_delays = self.pieces.retry_delays(settings) if self.pieces.retry_delays else None
@@ -315,7 +318,6 @@ def _kill_all(started: list[processes.CliProcess]) -> None:
 
 def fast_settings(**overrides: Any) -> WorkerSettings:
     """Worker settings for experiments: short lease, quick polls, short grace, seeded jitter."""
-    base = WorkerSettings(concurrency=4, lease_seconds=1.0, poll_seconds=0.02, charge_timeout_seconds=2.0,
-                          backoff_base_seconds=0.05, backoff_max_seconds=0.5, backoff_seed=7,
-                          shutdown_grace_seconds=2.0)
+    base = WorkerSettings(concurrency=4, lease_seconds=1.0, poll_seconds=0.02, backoff_base_seconds=0.05,
+                          backoff_max_seconds=0.5, backoff_seed=7, shutdown_grace_seconds=2.0)
     return replace(base, **overrides)

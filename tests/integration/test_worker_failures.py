@@ -149,7 +149,7 @@ async def test_ambiguous_outcome_retried_safely_with_the_same_key(databases):
     faults = ChargeFaults(lost_response_rate=0.5, hang_seconds=2, seed=seed)
     async with local_system(charge_faults=faults, databases=databases) as system:
         await system.submit_direct(Submission({"amount_cents": 1250, "currency": "USD"}, kind="charge"), job_id)
-        worker = system.worker(fast_settings(charge_timeout_seconds=0.3))
+        worker = system.worker(fast_settings(), charge_timeout_seconds=0.3)
         system.start_worker(worker)
         job = await system.wait_for_status(job_id, {"SUCCEEDED", "DEAD"}, timeout=10)
         c = await only_counts(system)

@@ -6,6 +6,7 @@ import pytest
 
 import reliableq_stages
 from reliableq.bench.scenarios import SCENARIOS
+from reliableq.charge.client import DEFAULT_TIMEOUT_SECONDS as CHARGE_TIMEOUT_SECONDS
 from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import UsageError, mechanisms_from, seconds_from
 from reliableq.cli.main import build_parser
@@ -17,7 +18,7 @@ def test_worker_chaos_and_charge_service_defaults_are_the_dataclasses_own():
     parse = build_parser().parse_args
     worker, settings = parse(["worker"]), WorkerSettings()
     assert (worker.concurrency, worker.lease, worker.poll, worker.charge_timeout, worker.grace) == (
-        settings.concurrency, settings.lease_seconds, settings.poll_seconds, settings.charge_timeout_seconds,
+        settings.concurrency, settings.lease_seconds, settings.poll_seconds, CHARGE_TIMEOUT_SECONDS,
         settings.shutdown_grace_seconds)
     chaos, config = parse(["chaos"]), ChaosConfig()
     assert (chaos.seed, chaos.jobs, chaos.workers, chaos.concurrency, chaos.lease, chaos.settle) == (
