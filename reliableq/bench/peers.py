@@ -37,13 +37,14 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
-from reliableq import db, scratch, sql
+from reliableq import scratch, sql
 from reliableq.bench.peer_runners import PICKUP, RUNNERS, connect
 from reliableq.bench.profiles import BATCH_JOBS
 
@@ -139,10 +140,10 @@ async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: fl
     reason = RUNNERS[peer].unsupported(mode, concurrency)
     if reason:
         return replace(failed, note=f"not run: {reason}")
-    admin_url = await asyncio.to_thread(db.server_url)
-    name = await asyncio.to_thread(scratch.owned_name, admin_url, "rq_peer")
-    url = await asyncio.to_thread(db.create_database, admin_url, name)
-    try:
+    # Dropped in the background, as every scratch database: a DROP waits for a checkpoint, which under
+    # load waited past a test's two minutes.
+    with ExitStack() as dropped_after:
+        url = await asyncio.to_thread(dropped_after.enter_context, scratch.empty_database("rq_peer"))
         # The password, if any, travels in the environment: a command line is visible to every local user.
         parts = conninfo_to_dict(url)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PGQUEUER_")}  # its default table names
@@ -158,8 +159,6 @@ async def measure(peer: str, mode: str, jobs: int, concurrency: int, timeout: fl
             process.kill()
             await process.wait()
             return replace(failed, note=f"did not finish within {timeout:g} s")
-    finally:
-        await asyncio.to_thread(db.drop_database, admin_url, name)
     lines = out.decode(errors="replace").strip().splitlines()
     if process.returncode != 0 or not lines:
         last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
