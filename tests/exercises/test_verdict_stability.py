@@ -4,7 +4,7 @@ deadlines and forced schedules, not the machine's speed, decide a verdict). A re
 check a learner gets (the default chaos seeds); a right answer spelt differently gets its forced
 schedules, its stage's scenario and one chaos seed, which is where a spelling can make a difference.
 
-Long (about an hour on 2 cores), so deselected from the default run: `python -m pytest -m stability
+Long (about an hour on 2 cores), so deselected from the default run: `python -m pytest -n 0 -m stability
 tests/exercises/test_verdict_stability.py` (`-k semaphore` for one exercise's answers)."""
 
 from __future__ import annotations
