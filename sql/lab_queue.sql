@@ -74,8 +74,10 @@ ORDER BY job_id, attempt;
 SELECT worker_id, outcome, count(*) AS claims FROM job_attempts GROUP BY worker_id, outcome ORDER BY worker_id, outcome;
 
 -- name: lab_unsettled_within_budget
--- Unsettled jobs that can still settle as they should: not yet claimed more times than their budget.
-SELECT count(*) FROM jobs WHERE status NOT IN ('SUCCEEDED', 'DEAD') AND attempts <= max_attempts;
+-- The unsettled jobs, and those of them that can still settle as they should: not yet claimed more
+-- times than their budget.
+SELECT count(*) AS unsettled, count(*) FILTER (WHERE attempts <= max_attempts) AS within_budget
+FROM jobs WHERE status NOT IN ('SUCCEEDED', 'DEAD');
 
 -- name: lab_stuck_jobs
 -- What a timed-out wait reports: the unsettled jobs, who holds each and how long its lease has left.

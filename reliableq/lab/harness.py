@@ -180,11 +180,12 @@ class LocalSystem:
         return not gave_up
 
     async def only_jobs_past_their_budget_unsettled(self) -> bool:
-        """Whether every unsettled job has already been claimed more times than its attempt budget allows:
-        such a job (dead-lettering off retries it forever) can never settle as it should."""
+        """Whether jobs are unsettled and every one has already been claimed more times than its attempt
+        budget allows: such a job (dead-lettering off retries it forever) can never settle as it should.
+        False once every job settled (in the moment since the caller looked)."""
         async with self.queue.pool.connection() as conn:
-            row = await (await conn.execute(_LAB_Q["lab_unsettled_within_budget"])).fetchone()
-        return row[0] == 0
+            unsettled, within_budget = await (await conn.execute(_LAB_Q["lab_unsettled_within_budget"])).fetchone()
+        return unsettled > 0 and within_budget == 0
 
     async def _wait_on_jobs(self, condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
         """wait_until, and on a timeout what there is to read about why: the unsettled jobs, what the

@@ -50,6 +50,7 @@ async def test_settling_gives_up_once_only_jobs_past_their_budget_are_left(datab
     its budget the wait goes on."""
     async with local_system(databases=databases, api=False, worker_pool_size=0) as system:
         give_up = system.only_jobs_past_their_budget_unsettled
+        assert not await give_up()  # nothing unsettled: settled, not given up on
         within, past = [await system.submit_direct(CHARGE) for _ in range(2)]
         with psycopg.connect(databases.queue_url, autocommit=True) as conn:
             conn.execute("UPDATE jobs SET attempts = max_attempts + 1 WHERE id = %s", (past.id,))
