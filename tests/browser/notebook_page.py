@@ -83,6 +83,20 @@ class NotebookPage:
         not_run = self.cells_not_run()
         assert not not_run, "cells without an execution count after Run All Cells:\n" + "\n".join(not_run)
 
+    def run_cells(self, *containing: str, timeout_seconds: float) -> None:
+        """Clear every output, then run only the code cells whose source contains each of `containing`, in
+        that order, as a learner does: click into the cell, Shift+Enter, and wait for its execution count.
+        Fails, with the text shown, on any error or stderr output."""
+        self.menu("Edit", "Clear Outputs of All Cells")
+        for text in containing:
+            cell = self.code_cell(text)
+            cell.locator(".jp-InputArea-editor").click()
+            self.page.keyboard.press("Shift+Enter")
+            expect(cell.locator(".jp-InputArea-prompt")).to_have_text(re.compile(r"\[\d+\]:"),
+                                                                      timeout=timeout_seconds * 1000)
+        errors = self.stderr_outputs()
+        assert not errors, "error output in the notebook:\n" + "\n-----\n".join(errors)
+
     def cells_not_run(self) -> list[str]:
         """Code cells with source that show no execution count, by position and first line."""
         return self.page.evaluate(_NOT_RUN)

@@ -155,11 +155,12 @@ def test_a_learner_predicts_runs_the_panel_with_two_settings_and_sees_only_the_l
 
 @pytest.mark.timeout(300)
 def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_notebook, jupyterlab):
-    """After Run All, the starter's failing verdict stands in its cell; the reference written into the
-    workspace's file passes when Check is pressed, with the run's table under the verdict, and
-    `reliableq exercise list` then says passed; the file's link opens it in JupyterLab's editor."""
+    """Its two cells run (05's Run All is the prediction test's), the starter's failing verdict stands in
+    its cell; the reference written into the workspace's file passes when Check is pressed, with the
+    run's table under the verdict, and `reliableq exercise list` then says passed; the file's link opens
+    it in JupyterLab's editor."""
     notebook = open_notebook("05_fencing.ipynb")
-    notebook.run_all_cells(timeout_seconds=120)
+    notebook.run_cells("starter = await check(", "ExercisePanel(", timeout_seconds=120)
     # The first forced schedule the starter breaks, naming its mistake.
     expect(notebook.code_cell("starter = await check(")).to_contain_text(
         "✗ Broken: after the same worker reclaimed a job, its old claim's renew, succeed, retry and dead")

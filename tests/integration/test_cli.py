@@ -1,4 +1,6 @@
-"""The `reliableq` command as a person runs it: a subprocess, its exit code, stdout and stderr.
+"""The `reliableq` command as a person runs it: its exit code, stdout and stderr. A subprocess where the
+process is the point (servers, signals, a pipe closed early, the demos, a refusal from the installed
+command); its `main` in this process for the rest (in_process: the same code, without a second's import).
 
 Errors must be one line on stderr and a non-zero exit, never a traceback; the operator commands work
 against the databases DATABASE_URL and CHARGE_DATABASE_URL name."""
@@ -135,16 +137,24 @@ def test_stage_that_holds_says_so_and_expects_nothing():
 
 # -- bad input ------------------------------------------------------------------------------------
 
-def in_process(args: list[str], capsys, monkeypatch) -> subprocess.CompletedProcess:
+def in_process(args: list[str], capsys, monkeypatch, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`reliableq ARGS` run by its `main` in this process (a second's import saved per command), with the
-    exit code and output a subprocess would give, against an unreachable database."""
-    monkeypatch.setenv("DATABASE_URL", UNREACHABLE)
+    exit code and output a subprocess would give, against the databases `env` names (default: an
+    unreachable one). For the commands whose process proves nothing more than their `main` does."""
+    for variable, value in (env or {"DATABASE_URL": UNREACHABLE}).items():
+        monkeypatch.setenv(variable, value)
     try:
         code = main(args)
     except SystemExit as exited:  # argparse's own refusals exit
         code = exited.code
     out = capsys.readouterr()
     return subprocess.CompletedProcess(["reliableq", *args], code, out.out, out.err)
+
+
+@pytest.fixture
+def command(databases, capsys, monkeypatch):
+    """`reliableq ARGS` in this process, against the test's databases (in_process)."""
+    return lambda *args: in_process(list(args), capsys, monkeypatch, database_env(databases))
 
 
 def test_submit_through_an_api_that_wants_a_token(databases, capsys, monkeypatch):
@@ -252,15 +262,13 @@ def test_unreachable_database_fails_with_one_clear_line():
 
 # -- operating the queue --------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_submit_then_show_the_job(databases):
+def test_submit_then_show_the_job(command):
     """`submit` prints the new job's id and `jobs show ID` prints it as JSON with its history."""
-    env = database_env(databases)
-    submitted = reliableq("submit", "--amount", "1250", "--max-attempts", "3", env=env)
+    submitted = command("submit", "--amount", "1250", "--max-attempts", "3")
     assert submitted.returncode == 0, submitted.stderr
     job_id = uuid.UUID(submitted.stdout.strip())
 
-    shown = reliableq("jobs", "show", str(job_id), env=env)
+    shown = command("jobs", "show", str(job_id))
     assert shown.returncode == 0, shown.stderr
     job = json.loads(shown.stdout)
     assert job["id"] == str(job_id)
@@ -272,12 +280,12 @@ def test_submit_then_show_the_job(databases):
     assert [e["event"] for e in job["events"]] == ["submitted"]
     assert job["kind"] == "charge"
 
-    noop = reliableq("submit", "--kind", "noop", env=env)
+    noop = command("submit", "--kind", "noop")
     assert noop.returncode == 0, noop.stderr
-    shown = json.loads(reliableq("jobs", "show", noop.stdout.strip(), env=env).stdout)
+    shown = json.loads(command("jobs", "show", noop.stdout.strip()).stdout)
     assert (shown["kind"], shown["payload"]) == ("noop", {})
 
-    listed = reliableq("jobs", env=env)
+    listed = command("jobs")
     assert listed.returncode == 0, listed.stderr
     assert "PENDING=2" in listed.stdout and "more jobs" not in listed.stderr
     lines = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
@@ -285,37 +293,35 @@ def test_submit_then_show_the_job(databases):
     assert lines[shown["id"]].endswith("attempts=0/5  noop")
 
 
-def test_jobs_says_on_stderr_when_more_exist_than_its_limit(databases):
+def test_jobs_says_on_stderr_when_more_exist_than_its_limit(databases, command):
     """`jobs --limit N` prints the N newest jobs, one line each; when there are more it says so on stderr."""
     with psycopg.connect(databases.queue_url, autocommit=True) as conn:
         conn.execute("INSERT INTO jobs (payload) SELECT '{}' FROM generate_series(1, 3)")
-    limited = reliableq("jobs", "--limit", "2", env=database_env(databases))
+    limited = command("jobs", "--limit", "2")
     assert limited.returncode == 0, limited.stderr
     assert len(limited.stdout.splitlines()) == 3  # the counts, then two jobs
     assert "more jobs than --limit 2" in limited.stderr
 
 
-def test_show_unknown_job_fails_with_one_line(databases):
+def test_show_unknown_job_fails_with_one_line(command):
     """`jobs show` of an id that does not exist exits 2 with one line naming the id."""
     missing = uuid.uuid4()
-    result = reliableq("jobs", "show", str(missing), env=database_env(databases))
+    result = command("jobs", "show", str(missing))
     line = assert_one_line_error(result, exit_code=2)
     assert str(missing) in line
 
 
-@pytest.mark.slow
-def test_replay_refuses_a_job_that_is_not_dead(databases):
+def test_replay_refuses_a_job_that_is_not_dead(command):
     """`replay ID` of a PENDING job exits 2, says only DEAD jobs can be replayed, and changes nothing."""
-    env = database_env(databases)
-    submitted = reliableq("submit", "--amount", "1250", env=env)
+    submitted = command("submit", "--amount", "1250")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
 
-    result = reliableq("replay", job_id, env=env)
+    result = command("replay", job_id)
     line = assert_one_line_error(result, exit_code=2)
     assert "PENDING" in line
     assert "only DEAD jobs can be replayed" in line
-    assert json.loads(reliableq("jobs", "show", job_id, env=env).stdout)["events"][-1]["event"] == "submitted"
+    assert json.loads(command("jobs", "show", job_id).stdout)["events"][-1]["event"] == "submitted"
 
 
 async def test_replay_sends_a_dead_job_back_to_pending(databases, make_queue, submission):
