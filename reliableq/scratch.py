@@ -60,9 +60,8 @@ def owned_name(admin_url: str, prefix: str) -> str:
         else:
             sweep = False
     if sweep:
-        leftovers = tuple(leftover_names(admin_url))
-        if leftovers:
-            _drop_later(admin_url, leftovers)
+        for leftover in leftover_names(admin_url):  # one by one: the droppers share them out
+            _drop_later(admin_url, (leftover,))
     return f"{prefix}_o{owner.token:08x}_{uuid.uuid4().hex[:6]}"
 
 
