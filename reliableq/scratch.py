@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import os
 import queue
 import re
@@ -61,7 +62,7 @@ def owned_name(admin_url: str, prefix: str) -> str:
             sweep = False
     if sweep:
         for leftover in leftover_names(admin_url):  # one by one: the droppers share them out
-            _drop_later(admin_url, (leftover,))
+            _drop_later(admin_url, (leftover,), LEFTOVER)
     return f"{prefix}_o{owner.token:08x}_{uuid.uuid4().hex[:6]}"
 
 
@@ -106,17 +107,23 @@ def empty_database(prefix: str) -> Iterator[str]:
 # and for a checkpoint (PostgreSQL forces one per DROP DATABASE; under load they queue behind each other),
 # and a check makes a dozen pairs. DROPPERS threads drop side by side, so that drops made together share
 # a checkpoint (on a quiet server: 44 ms a drop one at a time, 21 ms eight at a time). At exit a process
-# waits DROPS_AT_EXIT_SECONDS at most for what is left, as a command must not hang on housekeeping (it
-# waited a minute under load); what it leaves, or a killed process leaves, the next owner drops (see the
-# module's docstring).
-_drops: queue.Queue[tuple[str, tuple[str, ...]]] = queue.Queue()
-_droppers: list[threading.Thread] = []
+# waits DROPS_AT_EXIT_SECONDS at most for its own, as a command must not hang on housekeeping (it waited
+# a minute under load); what it leaves, or a killed process leaves, the next owner drops (see the
+# module's docstring). A process's own drops go before the leftovers it was handed, and only its own are
+# waited for at exit: a server holding 300 leftovers (a loaded run's processes each left some) otherwise
+# made every command that sweeps them wait its 10 s at exit.
+OWN, LEFTOVER = 0, 1  # the order the droppers take them in
+_drops: queue.PriorityQueue[tuple[int, int, str, tuple[str, ...]]] = queue.PriorityQueue()
+_order = itertools.count()  # first come, first dropped within a priority
+_own_pending = 0
 _dropper_lock = threading.Lock()
+_droppers: list[threading.Thread] = []
 DROPPERS = 4
 DROPS_AT_EXIT_SECONDS = 10.0
 
 
-def _drop_later(admin_url: str, names: tuple[str, ...]) -> None:
+def _drop_later(admin_url: str, names: tuple[str, ...], priority: int = OWN) -> None:
+    global _own_pending
     with _dropper_lock:
         if not _droppers:
             for number in range(DROPPERS):
@@ -125,28 +132,31 @@ def _drop_later(admin_url: str, names: tuple[str, ...]) -> None:
                 dropper.start()
                 _droppers.append(dropper)
             atexit.register(drop_pending, DROPS_AT_EXIT_SECONDS)
-    _drops.put((admin_url, names))
+        _own_pending += priority == OWN
+    _drops.put((priority, next(_order), admin_url, names))
 
 
 def _drop_queued() -> None:
+    global _own_pending
     while True:
-        admin_url, names = _drops.get()
+        priority, _, admin_url, names = _drops.get()
         try:
             for name in names:
                 db.drop_database(admin_url, name)
         except (psycopg.Error, db.DatabaseUnavailable):
             pass  # the server went away: the next owner drops what is left
         finally:
-            _drops.task_done()
+            with _dropper_lock:
+                _own_pending -= priority == OWN
 
 
 def drop_pending(timeout: float = DROPS_AT_EXIT_SECONDS) -> bool:
-    """Wait until every scratch database handed to the background dropper is dropped (or `timeout`
-    passes); whether it emptied."""
+    """Wait until every scratch database of this process handed to the background droppers is dropped (or
+    `timeout` passes); whether they all were. Leftovers it was handed are dropped as time allows."""
     deadline = time.monotonic() + timeout
-    while _drops.unfinished_tasks and time.monotonic() < deadline:
+    while _own_pending and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not _drops.unfinished_tasks
+    return not _own_pending
 
 
 TEMPLATE_PREFIX = "rq_template_"

@@ -10,8 +10,9 @@ SELECT objid::bigint FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(owner_class)s::bigint::oid;
 
 -- name: databases
--- Every database of the server whose name could be a scratch database's.
-SELECT datname FROM pg_database WHERE datname LIKE 'rq\_%%';
+-- Every database of the server whose name could be a scratch database's, the newest first: what a run
+-- killed a moment ago left is swept before what a server collected over weeks.
+SELECT datname FROM pg_database WHERE datname LIKE 'rq\_%%' ORDER BY oid DESC;
 
 -- name: database_exists
 -- Whether the server has a database of this name.
