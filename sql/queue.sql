@@ -217,7 +217,8 @@ WITH owned AS (
 SELECT won FROM won ORDER BY position;
 
 -- name: job_retry
--- Back to PENDING, due `delay_seconds` after PostgreSQL's now(); fenced like every finalize.
+-- Back to PENDING, due `delay_seconds` after PostgreSQL's now(); fenced like every finalize. The attempt
+-- records the delay when its retry won: the wait it put before the next attempt.
 WITH finalized AS (
     UPDATE jobs
     SET status = 'PENDING', run_at = now() + make_interval(secs => %(delay_seconds)s::float8),
@@ -228,7 +229,8 @@ WITH finalized AS (
 ), recorded AS (
     UPDATE job_attempts
     SET finished_at = clock_timestamp(), error = %(error)s,
-        outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'retried' ELSE 'lost_retry' END
+        outcome = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN 'retried' ELSE 'lost_retry' END,
+        retry_delay_seconds = CASE WHEN EXISTS (SELECT 1 FROM finalized) THEN %(delay_seconds)s::float8 END
     WHERE lease_token = %(lease_token)s AND outcome IS DISTINCT FROM 'succeeded'
       AND outcome IS DISTINCT FROM 'retried' AND outcome IS DISTINCT FROM 'dead'
 )
@@ -272,7 +274,8 @@ SELECT * FROM jobs WHERE id = %(job_id)s;
 
 -- name: job_attempts_of
 -- The claims of one job, oldest first.
-SELECT attempt, worker_id, lease_token, claimed_at, lease_expires_at, finished_at, outcome, error
+SELECT attempt, worker_id, lease_token, claimed_at, lease_expires_at, finished_at, outcome, error,
+       retry_delay_seconds
 FROM job_attempts WHERE job_id = %(job_id)s ORDER BY attempt, id;
 
 -- name: job_events_of

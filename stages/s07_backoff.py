@@ -14,6 +14,7 @@ forever (stage dead). And it costs latency: after recovery a job may still sleep
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from reliableq.backoff import Backoff
 from reliableq.charge.service import ChargeFaults
@@ -75,12 +76,17 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
         result = await run.result()
         during = [e for e in result.events
                   if e.kind == "charge" and outage_began <= e.seconds <= outage_ended]
-        schedule = {}
+        outage_end = run.started + timedelta(seconds=outage_ended)
+        schedule, drawn, outage_waits = {}, {}, {}
         for label, job_id in zip(result.labels().values(), ids, strict=False):
             attempts = await run.system.queue.attempts_of(job_id)
-            gaps = zip(attempts, attempts[1:], strict=False)
+            retried = [(a, b) for a, b in zip(attempts, attempts[1:], strict=False) if a["outcome"] == "retried"]
             schedule[label] = [round((b["claimed_at"] - a["finished_at"]).total_seconds(), 3)
-                               for a, b in gaps if a["finished_at"]][:SCHEDULE_ATTEMPTS]
+                               for a, b in retried][:SCHEDULE_ATTEMPTS]
+            drawn[label] = [round(a["retry_delay_seconds"], 3) for a, _ in retried][:SCHEDULE_ATTEMPTS]
+            outage_waits[label] = round(sum(
+                min(a["retry_delay_seconds"], (outage_end - a["finished_at"]).total_seconds())
+                for a, _ in retried if a["finished_at"] <= outage_end), 3)
         ceiling = Backoff(BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS).ceiling
         result.measurements = {
             "outage_seconds": round(outage_ended - outage_began, 3),
@@ -90,5 +96,9 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
             "retry_ceilings": [ceiling(n) if run.mechanisms.backoff else 0.0
                                for n in range(1, SCHEDULE_ATTEMPTS + 1)],
             "retry_schedule": schedule,  # observed seconds from each failed attempt to the next claim
+            "retry_delays": drawn,  # the delays the worker chose, as each retry recorded them
+            # Seconds of the outage each job spent waiting on purpose (its retries' delays, up to the outage's
+            # end): 0 means every retry was due at once, so the request rate is whatever the machine manages.
+            "outage_wait_seconds": outage_waits,
         }
         return result

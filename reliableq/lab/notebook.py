@@ -183,11 +183,11 @@ def show(*results: ScenarioResult) -> None:
 
 
 def plot_retry_schedule(result: ScenarioResult) -> plt.Figure:
-    """Backoff: the delay each job actually waited before each retry, against that retry's cap."""
+    """Backoff: the delay each job's retries chose, as the attempt history records them, against each cap."""
     # One column per job; jobs may have retried a different number of times.
-    schedule = pd.DataFrame.from_dict(result.measurements["retry_schedule"], orient="index").T
+    delays = pd.DataFrame.from_dict(result.measurements["retry_delays"], orient="index").T
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    schedule.plot(ax=ax, marker="o", xlabel="retry (0 = first)", ylabel="seconds until the next claim")
+    delays.plot(ax=ax, marker="o", xlabel="retry (0 = first)", ylabel="delay before the next attempt (s)")
     ax.plot(result.measurements["retry_ceilings"], "k--", label="cap for that retry")
     ax.legend()
     fig.tight_layout()

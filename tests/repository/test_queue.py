@@ -201,6 +201,17 @@ async def test_retry_eligibility_uses_database_time(make_queue, submission):
     assert again.attempts == 2
 
 
+async def test_a_won_retry_records_its_delay_and_a_lost_one_none(make_queue, submission):
+    """The attempt history says how long each retry made its job wait; a stale owner's retry, which changed
+    nothing, has no delay on record."""
+    queue = make_queue()
+    stale, current = await stale_and_current(queue, submission)
+    assert await queue.retry(stale, 5.0, "transient: 503") is False
+    assert await queue.retry(current, 0.25, "transient: 503") is True
+    assert [(a["outcome"], a["retry_delay_seconds"]) for a in await queue.attempts_of(current.id)] == [
+        ("lost_retry", None), ("retried", 0.25)]
+
+
 async def test_lease_expiring_on_the_final_attempt_makes_the_job_dead(make_queue, submission):
     """Budget: a job whose last allowed attempt was lost becomes DEAD instead of running again."""
     queue = make_queue()

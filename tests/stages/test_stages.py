@@ -185,16 +185,26 @@ async def test_idempotency_off_charges_twice():
 
 
 async def test_backoff_off_hammers_the_failing_service():
-    """During the outage immediate retries arrive several times faster than backed-off ones."""
+    """Without backoff every retry is due at once: nothing but the machine's speed limits the requests
+    (a rate, shown in the notebook, not asserted: a loaded machine slows the hammering too). With it each
+    retry waits a jittered delay under its cap, as recorded by the retry and as observed by the next claim."""
     off, on = await compared("backoff")
-    assert off.measurements["attempts_per_second"] > 2 * on.measurements["attempts_per_second"]
     assert off.measurements["retry_ceilings"] == [0.0] * s07_backoff.SCHEDULE_ATTEMPTS
+    assert off.measurements["outage_requests"] > PARAMS.jobs  # the jobs did retry during the outage
+    assert all(delays and set(delays) == {0.0} for delays in off.measurements["retry_delays"].values())
+    assert set(off.measurements["outage_wait_seconds"].values()) == {0.0}
+
     ceilings = on.measurements["retry_ceilings"]
     assert ceilings[0] == s07_backoff.BACKOFF_BASE_SECONDS and max(ceilings) == s07_backoff.BACKOFF_MAX_SECONDS
-    for delays in on.measurements["retry_schedule"].values():
+    drawn, observed = on.measurements["retry_delays"], on.measurements["retry_schedule"]
+    for job, delays in drawn.items():
         assert len(delays) >= 3
-        # Observed: the jittered delay plus up to a poll interval and a claim.
-        assert all(d <= c + 0.25 for d, c in zip(delays, ceilings, strict=False)), delays
+        assert all(0 < d <= c for d, c in zip(delays, ceilings, strict=False)), delays
+        # The next claim never comes before the delay ran out (the gap is measured from finished_at, read
+        # a moment after the now() the delay was added to: hence the slack).
+        assert all(seen >= d - 0.1 for seen, d in zip(observed[job], delays, strict=True)), (observed[job], delays)
+    assert len({tuple(delays) for delays in drawn.values()}) == len(drawn)  # jittered: no two jobs in lockstep
+    assert all(wait > 0 for wait in on.measurements["outage_wait_seconds"].values())
     for result in (off, on):
         assert all((r["status"], r["C"], r["F"]) == ("SUCCEEDED", 1, 1) for r in result.rows())
 
