@@ -9,7 +9,10 @@ Not a guarantee on its own: tests/api/test_contract.py fuzzes the live API again
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Path, Query
 from pydantic import BaseModel
@@ -68,9 +71,34 @@ class JobList(BaseModel):
     next: str | None  # the cursor of the following page; null on the last
 
 
-class JobDetail(Job):  # a pydantic model over the dataclass: the stored fields, then the history
-    attempt_history: list[dict[str, Any]]
-    events: list[dict[str, Any]]
+class Attempt(BaseModel):
+    """One claim of the job (sql/queue.sql job_attempts_of), oldest first."""
+    attempt: int
+    worker_id: str
+    lease_token: uuid.UUID
+    claimed_at: datetime
+    lease_expires_at: datetime | None
+    finished_at: datetime | None  # null while it runs
+    # The finalize this claim won, or lost_<operation> (a stale owner refused); expired: reclaimed after its
+    # lease ran out; null while it runs.
+    outcome: Literal["succeeded", "retried", "dead", "lost_succeed", "lost_retry", "lost_dead", "lost_renew",
+                     "expired"] | None
+    error: str | None
+    retry_delay_seconds: float | None  # a won retry's wait before the next attempt (0 without backoff)
+
+
+class JobEvent(BaseModel):
+    """A submission or an operator's replay, oldest first."""
+    at: datetime
+    event: Literal["submitted", "replayed"]
+    detail: str | None  # the client's key of a submission; the error a replay cleared
+
+
+# A dataclass like Job, which pydantic documents as one: the stored fields, then the history.
+@dataclass(frozen=True, kw_only=True)
+class JobDetail(Job):
+    attempt_history: list[Attempt]
+    events: list[JobEvent]
 
 
 class Health(BaseModel):

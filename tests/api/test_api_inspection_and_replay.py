@@ -3,10 +3,13 @@ a job with its attempts and events, lists by status, replaying a DEAD job, and t
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
+from pydantic import TypeAdapter
 
+from reliableq import api_contract as contract
 from tests.api.job_steps import make_dead, submit
 
 pytestmark = pytest.mark.anyio
@@ -40,6 +43,23 @@ async def test_get_job_shows_its_attempts_and_events(api, make_queue):
     assert attempt["lease_token"] == str(claimed[0].lease_token)
     assert attempt["outcome"] is None
     assert [event["event"] for event in shown["events"]] == ["submitted"]
+
+
+async def test_a_jobs_detail_is_exactly_as_the_document_says(api, make_queue):
+    """A job retried once and claimed again: its detail validates against the document's JobDetail, and
+    names no field the document does not; the retry's delay is on record."""
+    job_id = (await submit(api, 55))["id"]
+    queue = make_queue()
+    [first] = await queue.claim(1, "detail-worker", 30.0)
+    assert await queue.retry(first, 0.0, "transient: 503") is True
+    await queue.claim(1, "detail-worker", 30.0)
+
+    shown = (await api.get(f"/v1/jobs/{job_id}")).json()
+    detail = TypeAdapter(contract.JobDetail).validate_python(shown)
+    assert set(shown) == {field.name for field in dataclasses.fields(contract.JobDetail)}
+    assert all(set(a) == set(contract.Attempt.model_fields) for a in shown["attempt_history"])
+    assert all(set(e) == set(contract.JobEvent.model_fields) for e in shown["events"])
+    assert [(a.outcome, a.retry_delay_seconds) for a in detail.attempt_history] == [("retried", 0.0), (None, None)]
 
 
 async def test_get_unknown_job_is_404(api):
