@@ -97,19 +97,23 @@ async def test_fleet_limit_needs_leases(make_queue):
 
 
 async def _fleet_run(databases, fleet_args: list[str], tmp_path) -> tuple[int, list[Check]]:
-    """12 slow jobs, three worker processes of 3 permits each; the first dies by SIGKILL after its first
-    charge, holding its slots, before the other two start. Returns the charge service's in-flight peak
-    and the invariant checks."""
-    async with local_system(databases=databases, servers="processes", api=False, charge_args=["--latency", "0.3"],
+    """Three worker processes of 3 permits each. The first claims 3 slow jobs (a 5 s lease) and dies by
+    SIGKILL after its first charge, holding its slots; once the other two are both idle, 9 more jobs come
+    in one commit, so both are woken together however loaded the machine is. Returns the charge
+    service's in-flight peak and the invariant checks."""
+    def charges(first: int, count: int) -> list[Submission]:
+        return [Submission({"amount_cents": 100 + i, "currency": "USD"}, kind="charge") for i in range(first, count)]
+    async with local_system(databases=databases, servers="processes", api=False, charge_args=["--latency", "0.5"],
                             worker_pool_size=0, logs=tmp_path) as system:
-        for i in range(12):
-            await system.submit_direct(Submission({"amount_cents": 100 + i, "currency": "USD"}, kind="charge"))
+        await system.queue.submit_many(charges(0, 3))
         args = ["--concurrency", "3", *fleet_args]
-        doomed = system.spawn_worker("doomed", 1.0, *args, "--crash-at", "after_effect_before_finalize")
-        # The doomed worker must hold slots when it dies: the others start once it has claimed.
+        doomed = system.spawn_worker("doomed", 5.0, *args, "--crash-at", "after_effect_before_finalize")
         assert await processes.wait_exit(doomed, 30) == -9
-        for i in (1, 2):
-            system.spawn_worker(f"worker-{i}", 1.0, *args)
+        survivors = [f"worker-{i}" for i in (1, 2)]
+        for worker_id in survivors:
+            system.spawn_worker(worker_id, 1.0, *args)
+        await wait_until(lambda: _all_idle(system.queue, survivors), 30, "both workers to be idle", 0.05)
+        await system.queue.submit_many(charges(3, 12))
         try:
             await system.wait_settled(timeout=60)
         except TimeoutError as error:
@@ -119,6 +123,13 @@ async def _fleet_run(databases, fleet_args: list[str], tmp_path) -> tuple[int, l
             raise AssertionError(f"{error}; unfinished: {stuck}") from None
         peak = (await system.charge_stats())["in_flight_peak"]
         return peak, await invariants.check_stored(databases)
+
+
+async def _all_idle(queue: Queue, worker_ids: list[str]) -> bool:
+    async with queue.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM idle_workers WHERE worker_id = ANY(%s) "
+                                 "AND until > clock_timestamp()", [worker_ids])
+        return (await cur.fetchone())[0] == len(worker_ids)
 
 
 @pytest.mark.slow
@@ -132,7 +143,7 @@ async def test_fleet_limit_holds_across_three_worker_processes_and_a_crash(datab
 
 @pytest.mark.slow
 async def test_without_a_fleet_limit_the_fleet_exceeds_it(databases, tmp_path):
-    """The same fleet without the limit: each worker's own permits are the only bound (up to 9)."""
+    """The same fleet without the limit: each worker's own permits are the only bound (up to 6 here)."""
     peak, _ = await _fleet_run(databases, [], tmp_path)
     assert peak > 3
 
