@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+from pathlib import Path
 
 from reliableq import db, sql
 from reliableq.cli.arguments import UsageError
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    if args.standby or args.action == "failover":
+        return _standby_pair(args)
+    if args.synchronous:
+        raise UsageError("--synchronous is for a standby: reliableq db start --standby --synchronous")
     if args.action == "stop":
         import subprocess
         if os.environ.get("DATABASE_URL"):
@@ -58,3 +64,44 @@ def migration_lines(databases: db.Databases, applied: dict[str, list[sql.Migrati
         elif not quiet_when_current:
             lines.append(f"{database} ({name}): up to date at {sql.migrations(database)[-1].name}")
     return lines
+
+
+def standby_root() -> Path:
+    """Where `reliableq db start --standby` keeps its pair: beside the embedded server's folder."""
+    data_dir = db.embedded_data_dir()
+    return data_dir.parent / f"{data_dir.name}-standby"
+
+
+def _standby_pair(args: argparse.Namespace) -> int:
+    from reliableq.standby import StandbyPair  # the pair's modules only when one is asked for
+
+    if args.action == "migrate":
+        raise UsageError("migrate the pair through its URL: DATABASE_URL=<the URL db url --standby prints> "
+                         "reliableq db migrate")
+    root = standby_root()
+    pair = StandbyPair.load(root)
+    if args.action == "start":
+        if pair is None:
+            shutil.rmtree(root, ignore_errors=True)  # what a start that failed half-way left
+            pair = StandbyPair.start(synchronous=args.synchronous, root=root)
+            print(f"started a primary and a {'synchronous' if pair.synchronous else 'asynchronous'} standby "
+                  f"in {root}")
+        elif args.synchronous != pair.synchronous:
+            raise UsageError(f"the standby in {root} is {'' if pair.synchronous else 'a'}synchronous: "
+                             "reliableq db stop --standby first")
+    elif pair is None:
+        if args.action == "stop":
+            print(f"no standby pair in {root}")
+            return 0
+        raise UsageError("no standby pair: reliableq db start --standby first")
+    if args.action == "stop":
+        pair.stop()
+        print(f"stopped the primary and the standby, and removed {root}")
+        return 0
+    if args.action == "failover":
+        pair.fail_over()
+        print(f"killed the primary (SIGKILL) and promoted the standby (port {pair.standby.port})")
+    for server in (pair.primary, pair.standby):
+        print(f"{server.name + ':':<18}127.0.0.1:{server.port}  {'running' if server.pid() else 'not running'}")
+    print(f"DATABASE_URL:     {pair.url('reliableq')}")
+    return 0

@@ -65,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("db", help="start, show or migrate the database (the embedded PostgreSQL unless DATABASE_URL "
                                   "is set); migrate: apply the pending migrations and say which")
-    p.add_argument("action", choices=["start", "url", "stop", "migrate"], nargs="?", default="url")
+    p.add_argument("action", choices=["start", "url", "stop", "migrate", "failover"], nargs="?", default="url")
+    p.add_argument("--standby", action="store_true",
+                   help="a primary and a streaming standby of its own on loopback (start, url, stop; failover "
+                        "SIGKILLs the primary and promotes the standby): use the URL it prints as DATABASE_URL")
+    p.add_argument("--synchronous", action="store_true",
+                   help="with start --standby: a commit waits until the standby has its WAL")
     p.set_defaults(run=cmd_db)
 
     p = sub.add_parser("migrate", help="create the databases and apply their pending migrations, saying which "

