@@ -32,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
+from psycopg_pool import PoolTimeout
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
@@ -77,9 +78,16 @@ def _error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status_code)
 
 
-def _unavailable(error: BaseException) -> JSONResponse:
-    reason = " ".join(str(error).split()) or "no answer in time"
-    return JSONResponse({"error": f"database unavailable ({type(error).__name__}: {reason}); retry later"[:300]},
+# A submission answered 503 after the database was asked to store it: it may be stored (a commit that
+# went through before the connection broke, or one still waiting for a synchronous standby).
+MAY_BE_STORED = ("the job may have been stored: retry with the same Idempotency-Key (in a batch, the same "
+                 "submission_key per job), which never stores it twice; a retry without a key may")
+SUBMISSION_PATHS = ("/v1/jobs", "/v1/jobs/batch")
+
+
+def _unavailable(error: BaseException, advice: str = "retry later") -> JSONResponse:
+    reason = " ".join(str(error).split())[:150] or "no answer in time"
+    return JSONResponse({"error": f"database unavailable ({type(error).__name__}: {reason}); {advice}"},
                         status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
@@ -165,8 +173,10 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # Every write the API makes answers a client; with sync_standby on, each commit waits for a
+        # synchronous standby if the server has one (per session: no round trip per submission).
         pool = await db.open_pool_checked(database_url, max_size=pool_size, db_timeout_seconds=db_timeout,
-                                          hold_seconds=db_timeout)
+                                          hold_seconds=db_timeout, wait_for_standby=mechanisms.sync_standby)
         app.state.queue = queue = Queue(pool, mechanisms, faults)
 
         async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused | None]:
@@ -238,7 +248,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         # An outage is the operator's to see in one line, not a traceback per request.
         log.warning("%s %s answered 503: database unavailable: %s: %s", request.method, request.url.path,
                     type(error).__name__, " ".join(str(error).split()))
-        return _unavailable(error)
+        asked = request.method == "POST" and request.url.path in SUBMISSION_PATHS and not isinstance(error, PoolTimeout)
+        return _unavailable(error, MAY_BE_STORED if asked else "retry later")
 
     if api_token:
         @app.middleware("http")

@@ -23,6 +23,9 @@ class Mechanisms:
     backoff: bool = True  # off: a failed job is due again immediately
     dead: bool = True  # off: failures are retried forever, never DEAD
     semaphore: bool = True  # off: the worker claims and starts everything that is due
+    # off: the API's commits do not wait for a synchronous standby (synchronous_commit = local), so a
+    # job is acknowledged once the primary alone has it. Without a synchronous standby it changes nothing.
+    sync_standby: bool = True
 
     @classmethod
     def names(cls) -> list[str]:

@@ -24,10 +24,11 @@ from . import (
     s07_backoff,
     s08_dead,
     s09_semaphore,
+    s10_sync_standby,
 )
 
 STAGES: list[Stage] = [s01_naive, s02_commit_before_ack, s03_skip_locked, s04_leases, s05_fencing,
-                           s06_idempotency, s07_backoff, s08_dead, s09_semaphore]
+                           s06_idempotency, s07_backoff, s08_dead, s09_semaphore, s10_sync_standby]
 BY_NAME: dict[str, Stage] = index_stages(STAGES)
 
 

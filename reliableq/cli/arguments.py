@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import os
+import textwrap
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -16,6 +17,13 @@ from reliableq.config import Mechanisms
 
 T = TypeVar("T")
 Number = TypeVar("Number", int, float)
+
+
+class WholeWordsHelp(argparse.HelpFormatter):
+    """Help text wrapped at spaces only: a name such as sync-standby is never split at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
 class UsageError(Exception):

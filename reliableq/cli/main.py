@@ -18,6 +18,7 @@ from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.charge.service import ChargeFaults
 from reliableq.cli.arguments import (
     UsageError,
+    WholeWordsHelp,
     add_mechanism_option,
     job_uuid,
     non_negative_float,
@@ -57,7 +58,7 @@ def cmd_exercise(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reliableq",
+    parser = argparse.ArgumentParser(prog="reliableq", formatter_class=WholeWordsHelp,
                                      description="ReliableQ: a PostgreSQL job queue and its failure lab.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     add_logging_options(parser)
@@ -242,19 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quick (default): about 4-5 minutes on 2 cores, retention left to full; full: larger "
                         "sizes, every point 3 times; tiny: seconds, for tests")
     p.add_argument("--out", help="results folder (default: results/bench/<timestamp> in the clone, whatever the "
-                                 "current folder, linked as results/bench/latest, which notebook 11 shows)")
+                                 "current folder, linked as results/bench/latest, which notebook 12 shows)")
     p.add_argument("--scenarios", help="comma-separated subset: " + ",".join(SCENARIOS))
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--note", default="", help="a line kept with the machine's description in the results, e.g. "
                                               "what else ran on it")
     p.add_argument("--reference", action="store_true",
-                   help="also copy what notebook 11 shows (results.json cut down, the charts) into "
+                   help="also copy what notebook 12 shows (results.json cut down, the charts) into "
                         "notebooks/bench_reference/, the results shipped for a fresh clone")
     p.set_defaults(run=cmd_bench)
     parser.set_defaults(log_level=None, log_format="text")
     for command in sub.choices.values():
         add_logging_options(command)
+        command.formatter_class = WholeWordsHelp
     return parser
 
 

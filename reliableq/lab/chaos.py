@@ -62,6 +62,11 @@ class ChaosConfig:
     pieces: Pieces = SHIPPED  # a learner's queries or policy in place of the shipped ones (the exercises)
 
 
+# The mechanisms whose absence a chaos run shows. It runs on one server: sync_standby needs a standby and a
+# failover, which its stage stages (stages/s10_sync_standby.py).
+SHOWN_BY_CHAOS = tuple(name for name in Mechanisms.names() if name != "sync_standby")
+
+
 @dataclass(frozen=True)
 class ScheduledFault:
     job_index: int  # submission order

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from reliableq import sql
+from reliableq import db, sql
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
 from reliableq.lab import timeline
@@ -201,10 +201,13 @@ def arm_crash_all(plan: FaultPlan, point: str, handlers: int) -> None:
 
 @asynccontextmanager
 async def experiment(stage: str, mechanism: str | None, on: bool, params: ScenarioParams,
-                     charge_faults: ChargeFaults | None = None) -> AsyncIterator[Experiment]:
-    """A fresh LocalSystem with the stage's mechanisms; its scratch databases are dropped on exit."""
+                     charge_faults: ChargeFaults | None = None,
+                     databases: db.Databases | None = None) -> AsyncIterator[Experiment]:
+    """A fresh LocalSystem with the stage's mechanisms; its scratch databases are dropped on exit.
+    `databases`: run on these instead (migrated, left for their owner to remove)."""
     mechanisms = params.mechanisms or stage_mechanisms(mechanism, on)
-    async with local_system(mechanisms, charge_faults, database_prefix="rq_stage", pieces=params.pieces) as system:
+    async with local_system(mechanisms, charge_faults, databases=databases, database_prefix="rq_stage",
+                            pieces=params.pieces) as system:
         run = Experiment(stage, mechanism, on, params, system, datetime.now(UTC))
         for name in CORE_LOGGERS:
             logging.getLogger(name).addFilter(run.log_labels)

@@ -32,7 +32,7 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.display import HTML, display
 
 from reliableq.config import Mechanisms
-from reliableq.lab.chaos import ChaosConfig, ChaosReport, run_chaos
+from reliableq.lab.chaos import SHOWN_BY_CHAOS, ChaosConfig, ChaosReport, run_chaos
 from reliableq.lab.experiment import STAGE_KNOBS, Prediction, Stage
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.notebook import views
@@ -266,7 +266,7 @@ class ChaosPanel(RunPanel):
 
     def __init__(self, config: ChaosConfig) -> None:
         self.config = config
-        self.mechanism = widgets.Dropdown(options=Mechanisms.names(), value="fencing", description="switch off")
+        self.mechanism = widgets.Dropdown(options=SHOWN_BY_CHAOS, value="fencing", description="switch off")
         super().__init__(widgets.HTML("<b>Chaos</b>: seeded crashes, pauses and outages, every invariant checked"),
                          self.mechanism, "Run chaos")
 

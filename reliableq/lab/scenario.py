@@ -34,6 +34,7 @@ MECHANISM_FIXES = {
     "fencing": "refuses a finalize from a lost lease",
     "idempotency": "makes the charge idempotent",
     "dead": "stops a failing job as DEAD",
+    "sync_standby": "acknowledges a job only once the standby has it",
 }
 
 
@@ -129,7 +130,9 @@ class ScenarioResult:
         for row in self.rows():
             job, status, charges, finals = row["job"], row["status"], row["C"], row["F"]
             if status == LOST:
-                found.append(Breach(job, "acknowledged but never stored", f"status {LOST}", ("commit_before_ack",)))
+                # Never stored (the 202 went first), or stored on a primary whose standby never had it (a failover).
+                found.append(Breach(job, "acknowledged but never stored", f"status {LOST}",
+                                    ("commit_before_ack", "sync_standby")))
             elif status not in SETTLED_STATUSES:
                 # A job is left RUNNING by a dead worker's claim that never expires, or caught mid-attempt
                 # while it is retried forever; PENDING only by the retrying.

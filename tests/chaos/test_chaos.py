@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.lab.chaos import ChaosConfig, fault_schedule, run_chaos
+from reliableq.lab.chaos import SHOWN_BY_CHAOS, ChaosConfig, fault_schedule, run_chaos
 
 SEED = 1
 FAST = dict(seed=SEED, jobs=120, workers=3, lease_seconds=0.5, settle_seconds=20.0)
@@ -25,6 +25,12 @@ BROKEN_WITHOUT = {
     "dead": "attempt budgets held",
     "semaphore": "in-flight work never exceeded capacity (4 per worker)",
 }
+
+
+def test_chaos_shows_every_mechanism_but_the_standbys():
+    """Each mechanism a chaos run can show off has the invariant it breaks below; sync_standby needs a
+    standby, which chaos does not run (its stage shows it)."""
+    assert list(BROKEN_WITHOUT) == list(SHOWN_BY_CHAOS) == [m for m in Mechanisms.names() if m != "sync_standby"]
 
 
 def test_same_seed_gives_the_same_fault_schedule():

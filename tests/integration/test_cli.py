@@ -108,7 +108,7 @@ def test_stage_compare_prints_a_verdict_the_table_and_the_measurements_per_run()
     expected = "Expected at this stage: C=2 remains until idempotency (stage 06) makes the charge idempotent."
     for lines, switch, finalized in zip(blocks, ("off", "on"), (2, 1), strict=True):
         table = lines.index("job    status     A  H  C  F")
-        verdict, rows, rest = lines[:table], lines[table + 1:table + 5], lines[table + 5:]
+        verdict, rows, rest = unwrapped(lines[:table]), lines[table + 1:table + 5], lines[table + 5:]
         assert verdict[0].startswith(f"Stage 05 fencing with fencing {switch}; "), result.stdout
         assert verdict[1] == "Seed 1, 4 jobs: 4 SUCCEEDED."
         assert verdict[2].startswith("The guarantee broke: job-1, job-2, job-3, job-4 were charged 2 times")
@@ -121,6 +121,17 @@ def test_stage_compare_prints_a_verdict_the_table_and_the_measurements_per_run()
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     sample = re.search(r"`reliableq stage fencing on`:\n\n```\n(.*?)```", readme, re.DOTALL).group(1)
     assert sample.splitlines() == blocks[1][:4]  # the README shows the on run's verdict as printed
+
+
+def unwrapped(lines: list[str]) -> list[str]:
+    """Printed lines with each wrapped continuation (indented four spaces) joined to the line it continues."""
+    joined: list[str] = []
+    for line in lines:
+        if line.startswith("    ") and joined:
+            joined[-1] += " " + line.strip()
+        else:
+            joined.append(line)
+    return joined
 
 
 @pytest.mark.slow

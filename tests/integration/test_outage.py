@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from reliableq import db
-from reliableq.api import create_api_app
+from reliableq.api import MAY_BE_STORED, create_api_app
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.config import Mechanisms, WorkerSettings
 from reliableq.handlers import HandlerRegistry, noop
@@ -267,6 +267,10 @@ async def test_a_hung_database_is_answered_503_within_db_timeout_and_the_api_res
     # promise that nothing was stored (the error says so).
     assert 0 <= stored_anyway <= 4
     assert "may still take effect" in held[0].json()["error"]
+    # The submission the server had received may be stored: its 503 says to retry with the same key. The
+    # ones that never got a connection were never sent: theirs say only to retry later.
+    assert held[0].json()["error"].endswith(MAY_BE_STORED)
+    assert [refused.json()["error"].endswith("; retry later") for refused, _ in refusals[3:5]] == [True, True]
     assert not [r for r in api_log.records if r.exc_info or "Traceback" in r.getMessage()]
 
 

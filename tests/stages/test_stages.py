@@ -14,6 +14,7 @@ import pytest
 
 import reliableq_stages
 from reliableq.config import Mechanisms
+from reliableq.db import DEFAULT_DB_TIMEOUT_SECONDS
 from reliableq.lab.experiment import STAGE_KNOBS, compare, index_stages
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.scenario import LINE_WIDTH, LOST, ScenarioParams, ScenarioResult
@@ -45,7 +46,7 @@ def test_registry_order_matches_mechanisms():
     """naive first, then one stage per mechanism flag, in the flags' order."""
     assert [s.MECHANISM for s in reliableq_stages.STAGES] == [None, *Mechanisms.names()]
     assert NAMES == ["naive", *(name.replace("_", "-") for name in Mechanisms.names())]
-    assert [s.__name__.rsplit(".", 1)[1][:3] for s in reliableq_stages.STAGES] == [f"s0{i}" for i in range(1, 10)]
+    assert [s.__name__.rsplit(".", 1)[1][:3] for s in reliableq_stages.STAGES] == [f"s{i:02d}" for i in range(1, 11)]
 
 
 def test_registry_lookup_accepts_the_mechanism_spelling_and_names_the_choices():
@@ -220,6 +221,24 @@ async def test_dead_off_retries_past_the_budget():
     assert on.measurements["last_error"] == "permanent failure: injected permanent failure: card rejected"
     assert on.measurements["replay_kept_id_and_key"] is True
     assert counts(on) == [(2, 2, 1, 1)] * PARAMS.jobs
+
+
+async def test_sync_standby_off_loses_what_the_primary_alone_acknowledged():
+    """The link to the standby stalled, the primary killed, the standby promoted. Asynchronous: the jobs
+    acknowledged during the stall are gone. Synchronous: none was acknowledged during it (each answered
+    503 within the API's database timeout), and every acknowledged job is on the promoted server."""
+    off, on = await compared("sync-standby")
+    assert off.measurements["acknowledged_during_the_cut"] == PARAMS.jobs
+    assert off.measurements["lost_jobs"] == PARAMS.jobs
+    assert [r["status"] for r in off.rows()] == ["SUCCEEDED"] * PARAMS.jobs + [LOST] * PARAMS.jobs
+    assert off.fixed_by() == {"sync_standby": [f"status {LOST}"]}
+
+    assert on.measurements["acknowledged_before_the_cut"] == PARAMS.jobs
+    assert (on.measurements["acknowledged_during_the_cut"], on.measurements["refused_during_the_cut"]) == (
+        0, PARAMS.jobs)
+    assert "503" in on.measurements["refusal"] and "same Idempotency-Key" in on.measurements["refusal"]
+    assert on.measurements["slowest_refusal_seconds"] < 3 * DEFAULT_DB_TIMEOUT_SECONDS  # answered, not hung
+    assert on.measurements["lost_jobs"] == 0 and counts(on) == [(1, 1, 1, 1)] * PARAMS.jobs
 
 
 async def test_semaphore_off_overloads_the_charge_service():
