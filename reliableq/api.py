@@ -384,13 +384,16 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
     @app.get("/health/ready", response_model=None, responses=contract.READY)
     @app.get("/healthz", response_model=None, responses=contract.READY)
     async def ready(request: Request) -> JSONResponse:
-        """The database answers a `SELECT 1` within READINESS_SECONDS, or 503. The probe is answered by
-        then whatever the database does: a hung server's query is left to finish or fail on its own."""
-        check = asyncio.create_task(queue(request).database_answers(READINESS_SECONDS))
+        """A transaction that writes commits within READINESS_SECONDS, or 503: a database that answers
+        reads while every commit waits for an unreachable synchronous standby cannot take a submission.
+        The probe is answered by then whatever the database does: a hung server's query is left to
+        finish or fail on its own."""
+        check = asyncio.create_task(queue(request).database_commits(READINESS_SECONDS))
         done, _ = await asyncio.wait({check}, timeout=READINESS_SECONDS)
         if not done:
             check.add_done_callback(_discard_outcome)
-            return _unavailable(TimeoutError(f"no answer to SELECT 1 within {READINESS_SECONDS} s"))
+            return _unavailable(TimeoutError(f"no commit within {READINESS_SECONDS} s (a synchronous standby "
+                                             "unreachable, or the server not answering)"))
         if check.exception() is not None:
             return _unavailable(check.exception())
         return JSONResponse({"status": "ok", "mechanisms": mechanisms.describe()})

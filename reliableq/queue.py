@@ -9,6 +9,7 @@ tests can move the database's clock. This module does not call the charge servic
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -409,7 +410,10 @@ class Queue:
     async def database_now(self) -> datetime:
         return (await self._fetch("database_now", {}))[0]["now"]
 
-    async def database_answers(self, wait_seconds: float) -> None:
-        """`SELECT 1`, waiting at most `wait_seconds` for a connection (PoolTimeout otherwise)."""
+    async def database_commits(self, wait_seconds: float) -> None:
+        """A writing transaction commits, waiting at most `wait_seconds` for a connection (PoolTimeout
+        otherwise) and as long again for the commit (TimeoutError otherwise). Past that its wait is
+        cancelled on the server, which ends this empty transaction instead of leaving a session waiting
+        for a standby that may not come back."""
         async with self.pool.connection(timeout=wait_seconds) as conn:
-            await conn.execute(self.queries["database_ping"])
+            await asyncio.wait_for(conn.execute(self.queries["database_commit"]), wait_seconds)

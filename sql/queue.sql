@@ -328,9 +328,10 @@ DELETE FROM idle_workers WHERE worker_id = %(worker_id)s;
 -- PostgreSQL's clock, the only clock eligibility and leases are measured by.
 SELECT now() AS now;
 
--- name: database_ping
--- The readiness check: the database answers a query at all.
-SELECT 1;
+-- name: database_commit
+-- The readiness check: a transaction that writes commits. Its commit waits for a synchronous standby as a
+-- submission's does; a SELECT 1 would answer while every write is blocked.
+UPDATE readiness_probe SET probed_at = now();
 
 -- name: job_fleet_claim_gate
 -- A fleet-wide limit (issue: many workers, one database): serialise claims for the rest of this

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import uuid
 
+import psycopg
 import pytest
 
-from reliableq import scratch
+from reliableq import db, scratch
+from reliableq.api import MAY_BE_STORED, create_api_app
+from reliableq.charge.handler import STANDARD_KINDS
+from reliableq.config import Mechanisms
 from reliableq.db import Databases
 from reliableq.lab.harness import local_system
 from reliableq.lab.waiting import wait_until
 from reliableq.standby import StandbyPair
+from tests.conftest import serve
 from tests.integration.ledger_counts import counts_by_job
 
 pytestmark = pytest.mark.slow
+CHARGE = {"amount_cents": 1250, "currency": "USD"}
 
 
 async def _submit_until_accepted(system, amount_cents: int) -> uuid.UUID:
@@ -46,3 +52,82 @@ async def test_the_api_and_a_worker_follow_a_promotion_without_a_restart(tmp_pat
             counts = await counts_by_job(system)
             assert sorted(counts) == sorted(before + after)  # no job lost, none stored twice
             assert {(c.status, c.charges, c.finalizations) for c in counts.values()} == {("SUCCEEDED", 1, 1)}
+
+
+@pytest.mark.parametrize("sync_standby", [True, False], ids=["commits wait", "commits do not wait"])
+async def test_readiness_turns_503_while_commits_wait_for_an_unreachable_standby(sync_standby):
+    """A synchronous standby cut off: reads still answer, but a submission's commit would wait, so
+    readiness is 503 (an API whose commits do not wait stays 200), and the probes leave no session
+    waiting for the standby. The link restored, readiness is 200 again."""
+    mechanisms = Mechanisms() if sync_standby else Mechanisms().without("sync_standby")
+    with StandbyPair.start(synchronous=True) as pair:
+        url = pair.url("rq_test_ready")
+        db.ensure_database(url)
+        db.apply_schema(url, "queue")
+        async with serve(create_api_app(url, mechanisms, kinds=STANDARD_KINDS)) as api:
+            assert (await api.get("/health/ready")).status_code == 200
+            pair.link.cut()
+            try:
+                probes = [await api.get("/health/ready") for _ in range(3)]
+                assert (await api.get("/v1/jobs")).status_code == 200  # reads are answered
+                # Each probe's wait is cancelled: no session is left waiting for the standby.
+                await wait_until(lambda: _sessions_waiting_for_the_standby(pair) == 0, 5,
+                                 "the probes' waits to be cancelled")
+            finally:
+                pair.link.restore()
+            if sync_standby:
+                assert [p.status_code for p in probes] == [503] * 3
+                assert "no commit within 0.5 s (a synchronous standby unreachable" in probes[0].json()["error"]
+            else:
+                assert [p.status_code for p in probes] == [200] * 3
+            ready = await wait_until(lambda: _ready(api), 10, "readiness after the link is restored", 0.1)
+            assert ready.json()["status"] == "ok"
+
+
+async def _ready(api):
+    response = await api.get("/health/ready")
+    return response if response.status_code == 200 else None
+
+
+def _sessions_waiting_for_the_standby(pair: StandbyPair) -> int:
+    with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()[0]
+
+
+@pytest.mark.parametrize("sync_standby", [False, True], ids=["the hole", "closed"])
+async def test_a_keyed_retry_is_not_answered_replayed_for_a_job_only_the_primary_has(sync_standby):
+    """The cancelled-wait hole through the API. A keyed submission's commit waits for the cut-off standby
+    and is answered 503; its wait is then cancelled (as a restarted session or an operator would), so the
+    job is visible on the primary though the standby never had it. The client retries with its key.
+    With its commits not waiting for the standby the API answers 202 "replayed" for that job, and the
+    failover loses an acknowledged job. With them waiting, the retry's own commit (it locks the key's
+    row, a write) waits too, is answered 503, and nothing acknowledged is lost."""
+    mechanisms = Mechanisms() if sync_standby else Mechanisms().without("sync_standby")
+    with StandbyPair.start(synchronous=True) as pair:
+        url = pair.url("rq_test_replayed")
+        db.ensure_database(url)
+        db.apply_schema(url, "queue")
+        app = create_api_app(url, mechanisms, kinds=STANDARD_KINDS, db_timeout=1.0)
+        async with serve(app) as api:
+            pair.link.cut()
+            first = await api.post("/v1/jobs", headers={"Idempotency-Key": "order-1"}, json=CHARGE)
+            if sync_standby:  # the commit waited for the standby, past the API's timeout
+                assert first.status_code == 503 and first.json()["error"].endswith(MAY_BE_STORED)
+                await wait_until(lambda: _sessions_waiting_for_the_standby(pair) == 1, 5, "the commit's wait")
+                with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
+                    conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            else:
+                assert first.status_code == 202
+            with psycopg.connect(pair.primary.url("rq_test_replayed"), autocommit=True) as conn:
+                assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1  # only the primary has it
+
+            retry = await api.post("/v1/jobs", headers={"Idempotency-Key": "order-1"}, json=CHARGE)
+            pair.fail_over()
+            acknowledged = [r.json()["id"] for r in (first, retry) if r.status_code == 202]
+            with psycopg.connect(url, autocommit=True) as conn:
+                kept = {str(row[0]) for row in conn.execute("SELECT id FROM jobs")}
+        if sync_standby:
+            assert retry.status_code == 503 and acknowledged == [] and kept == set()
+        else:
+            assert retry.status_code == 202 and retry.json()["replayed"] is True
+            assert acknowledged and not set(acknowledged) & kept  # acknowledged, and gone
