@@ -102,6 +102,8 @@ def _standby_pair(args: argparse.Namespace) -> int:
         pair.fail_over()
         print(f"killed the primary (SIGKILL) and promoted the standby (port {pair.standby.port})")
     for server in (pair.primary, pair.standby):
-        print(f"{server.name + ':':<18}127.0.0.1:{server.port}  {'running' if server.pid() else 'not running'}")
+        state = "not running" if server.pid() is None else "running, " + (
+            "a standby" if (server.data_dir / "standby.signal").exists() else "takes writes")
+        print(f"{server.name + ':':<18}127.0.0.1:{server.port}  {state}")
     print(f"DATABASE_URL:     {pair.url('reliableq')}")
     return 0

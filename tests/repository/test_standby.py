@@ -156,13 +156,16 @@ def test_the_db_command_starts_shows_fails_over_and_stops_a_pair(monkeypatch, tm
         assert f"started a primary and a synchronous standby in {root}" in out
         assert f"DATABASE_URL:     {pair.url('reliableq')}" in out
         assert main(["db", "url", "--standby"]) == 0
-        assert f"primary:          127.0.0.1:{pair.primary.port}  running" in capsys.readouterr().out
+        shown = capsys.readouterr().out
+        assert f"primary:          127.0.0.1:{pair.primary.port}  running, takes writes" in shown
+        assert f"standby:          127.0.0.1:{pair.standby.port}  running, a standby" in shown
         assert main(["db", "start", "--standby"]) == 2  # asynchronous asked of a synchronous pair
         assert "reliableq db stop --standby first" in capsys.readouterr().err
         assert main(["db", "failover"]) == 0
         out = capsys.readouterr().out
         assert "killed the primary (SIGKILL) and promoted the standby" in out
         assert f"primary:          127.0.0.1:{pair.primary.port}  not running" in out
+        assert f"standby:          127.0.0.1:{pair.standby.port}  running, takes writes" in out
     finally:
         assert main(["db", "stop", "--standby"]) == 0
     assert "removed" in capsys.readouterr().out and not root.exists()
