@@ -81,7 +81,7 @@ def _error(status_code: int, message: str) -> JSONResponse:
 # A submission answered 503 after the database was asked to store it: it may be stored (a commit that
 # went through before the connection broke, or one still waiting for a synchronous standby).
 MAY_BE_STORED = ("the job may have been stored: retry with the same Idempotency-Key (in a batch, the same "
-                 "submission_key per job), which never stores it twice; a retry without a key may")
+                 "submission_key per job), which never stores it twice; a retry without a key may store it again")
 SUBMISSION_PATHS = ("/v1/jobs", "/v1/jobs/batch")
 
 

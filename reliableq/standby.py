@@ -233,8 +233,11 @@ class StandbyPair:
 def _start_link(target_port: int) -> Link:
     """A link in a session of its own: it outlives the command that started it, as the servers do."""
     port = free_port()
+    # Its stdin and stderr are not the caller's: a link outliving a command must not hold the caller's
+    # pipes open (whoever reads them would wait for it).
     process = subprocess.Popen([sys.executable, "-m", "reliableq.tcp_link", str(port), str(target_port)],
-                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, start_new_session=True)
     if process.stdout.readline().strip() != "listening":
         process.kill()
         raise RuntimeError(f"the link to port {target_port} did not start")

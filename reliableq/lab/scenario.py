@@ -21,7 +21,7 @@ from reliableq.lab.harness import SETTLED_STATUSES
 from reliableq.lab.ledger import JobCounts
 from reliableq.lab.pieces import SHIPPED, Pieces
 
-LOST = "LOST"  # the status shown for an acknowledged job the database never stored
+LOST = "LOST"  # the status shown for an acknowledged job the database does not have (never stored, or failed over)
 ROW_COLUMNS = ("job", "status", "A", "H", "C", "F")
 # Characters per line of a result's text: a JupyterLab output area shows about 100 before it wraps,
 # and it wraps anywhere, mid-word.
@@ -131,7 +131,7 @@ class ScenarioResult:
             job, status, charges, finals = row["job"], row["status"], row["C"], row["F"]
             if status == LOST:
                 # Never stored (the 202 went first), or stored on a primary whose standby never had it (a failover).
-                found.append(Breach(job, "acknowledged but never stored", f"status {LOST}",
+                found.append(Breach(job, "acknowledged but not in the database", f"status {LOST}",
                                     ("commit_before_ack", "sync_standby")))
             elif status not in SETTLED_STATUSES:
                 # A job is left RUNNING by a dead worker's claim that never expires, or caught mid-attempt

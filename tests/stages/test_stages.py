@@ -132,7 +132,7 @@ async def test_commit_before_ack_off_loses_an_acknowledged_job():
     assert off.measurements["acknowledged"] == PARAMS.jobs
     assert off.measurements["lost_jobs"] == 1
     assert off.rows()[0] == {"job": "job-1", "status": LOST, "A": 0, "H": 0, "C": 0, "F": 0}
-    assert "job-1 was acknowledged but never stored" in off.violations()
+    assert "job-1 was acknowledged but not in the database" in off.violations()
     assert on.measurements["lost_jobs"] == 0
     assert on.measurements["api_crashes"] == 0  # the 202 waits for the commit; the point is never reached
     assert on.measurements["stored"] == PARAMS.jobs

@@ -11,11 +11,16 @@ timing is the benchmark's to report, and this machine is shared."""
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 import reliableq_stages
+from reliableq import standby
 from reliableq.lab.panels import ScenarioPanel
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
@@ -40,6 +45,7 @@ async def test_stop_ends_a_run_at_once_and_says_so(name, on, moment):
         await wait_until(lambda: panel.watch.what or run.done(), 60, "the run to wait for something")
         assert not run.done(), f"stage {name} never waited: every stage's scenario waits for its workers"
     await _stopped(panel, run, f"stage {name} {'on' if on else 'off'}")
+    await wait_until(lambda: not _pairs_of_this_process(), 30, "stage 10's servers to be stopped and removed")
 
 
 async def test_stop_ends_stage_05_with_worker_1_paused_for_good():
@@ -65,3 +71,41 @@ async def _stopped(panel: ScenarioPanel, run: asyncio.Task, what: str) -> None:
     assert took < STOPPED_WITHIN_SECONDS
     assert "stopped after" in panel.status.value
     assert not panel.button.disabled and panel.stop_button.disabled
+
+
+def _pairs_of_this_process() -> list[Path]:
+    """The temporary primary/standby pairs (reliableq/standby.py) this process started and has not removed."""
+    return [root for root in Path(tempfile.gettempdir()).glob(standby.TEMPORARY_PREFIX + "*")
+            if _read(root / standby.OWNER_FILE) == str(os.getpid())]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _a_link_of_ours_is_cut() -> bool:
+    for root in _pairs_of_this_process():
+        pair = standby.StandbyPair.load(root)
+        try:
+            if pair is not None and psutil.Process(pair.link.pid).status() == psutil.STATUS_STOPPED:
+                return True
+        except psutil.Error:
+            pass
+    return False
+
+
+@pytest.mark.parametrize("moment", ["while-the-pair-starts", "during-the-cut"])
+async def test_stop_during_stage_10_leaves_no_server_running(moment):
+    """Stage 10 starts a primary and a standby: Stop while they are being started, or while submissions
+    wait for the cut-off standby, ends the run in time and leaves neither server, nor the link, running."""
+    panel = ScenarioPanel(reliableq_stages.get("sync-standby"), ScenarioParams(seed=1))
+    run = panel.start()
+    if moment == "while-the-pair-starts":
+        await wait_until(lambda: bool(_pairs_of_this_process()), 30, "the pair's folder to be made", 0.01)
+    else:
+        await wait_until(_a_link_of_ours_is_cut, 60, "the link to the standby to be cut", 0.02)
+    await _stopped(panel, run, f"stage sync-standby, {moment}")
+    await wait_until(lambda: not _pairs_of_this_process(), 30, "the pair to be stopped and removed")

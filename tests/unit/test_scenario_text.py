@@ -84,7 +84,7 @@ def test_unfinished_jobs_are_the_leases_or_the_dead_stages_failure():
     assert retrying.verdict()[-1] == "This stage's failure: status PENDING and status RUNNING, which dead fixes."
     lost = made_up("commit_before_ack", False, (LOST, 0, 0, 0, 0), OK)
     assert lost.verdict()[0] == "Stage 02 commit-before-ack with commit_before_ack off; all other mechanisms off."
-    assert lost.verdict()[2:] == ["The guarantee broke: job-1 was acknowledged but never stored.",
+    assert lost.verdict()[2:] == ["The guarantee broke: job-1 was acknowledged but not in the database.",
                                   "This stage's failure: status LOST, which commit_before_ack fixes."]
 
 
