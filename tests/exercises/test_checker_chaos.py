@@ -44,11 +44,13 @@ FIRES = {
 
 # A retry without backoff comes round as fast as the machine lets it, so how many requests it sends in
 # a 0.5 s outage depends on the load: beside three other chaos runs and two CPU-burning processes the
-# starter's busiest job sent 2 to 5 (6 runs), where the bound is 5 (a 3 s outage: 14 to 20). The checker
-# grades no-backoff answers on its forced schedules first; this check is its second net. The default
-# suite shows it firing in a 3 s outage, and the stability tier (-m stability) at the checker's own.
+# starter's busiest job sent 2 to 5 (6 runs), where the bound is 5 (a 3 s outage: 14 to 20; quiet, all 20
+# of its budget). Once, in CI beside the benchmark and the browser suite, the busiest sent 5 in 3 s (73
+# requests from 19 jobs): the server stalled. The checker grades no-backoff answers on its forced
+# schedules first; this check is its second net. The default suite shows it firing in a 6 s outage, and
+# the stability tier (-m stability) at the checker's own.
 OUTAGE_CHECK = "retries backed off during the outage (at most 5 requests from any job)"
-LOAD_PROOF_OUTAGE_SECONDS = 3.0
+LOAD_PROOF_OUTAGE_SECONDS = 6.0
 
 
 def broken_by(report) -> list[str]:
