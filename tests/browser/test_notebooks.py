@@ -185,3 +185,25 @@ def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_
     editor = notebook.page.locator(".jp-FileEditor")
     expect(editor).to_be_visible(timeout=30_000)
     expect(editor).to_contain_text("-- name: job_renew_lease")
+
+
+@pytest.mark.timeout(300)
+def test_stage_10_shows_the_lost_jobs_and_the_refusals_once_answered(open_notebook):
+    """Notebook 10 run as a learner runs it: after Run All its runs are held back; answered (rightly), the
+    off run shows the jobs acknowledged during the cut LOST and the on run the submissions refused with
+    503 and nothing lost, with no warning or error box (the pools' discarded connections are quiet)."""
+    notebook = open_notebook("10_sync_standby.ipynb")
+    notebook.run_all_cells(timeout_seconds=120)
+    off_run = notebook.code_cell("off = await stage.scenario(False")
+    on_run = notebook.code_cell("on = await stage.scenario(True")
+    expect(off_run).to_contain_text(ANSWER_FIRST)
+    check = notebook.code_cell("SelfCheck(")
+    check.get_by_role("radio", name="None of them").check()
+    check.get_by_role("button", name="Check").click()
+    expect(check).to_contain_text("None of them")
+    expect(off_run).to_contain_text("lost_jobs=4", timeout=60_000)
+    expect(off_run).to_contain_text("job-5  LOST")
+    expect(on_run).to_contain_text("refused_during_the_cut=4", timeout=60_000)
+    expect(on_run).to_contain_text("lost_jobs=0")
+    expect(on_run).not_to_contain_text("discarding closed connection")
+    expect(notebook.panel.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")).to_have_count(0)
