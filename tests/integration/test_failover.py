@@ -71,7 +71,7 @@ async def test_readiness_turns_503_while_commits_wait_for_an_unreachable_standby
                 probes = [await api.get("/health/ready") for _ in range(3)]
                 assert (await api.get("/v1/jobs")).status_code == 200  # reads are answered
                 # Each probe's wait is cancelled: no session is left waiting for the standby.
-                await wait_until(lambda: _sessions_waiting_for_the_standby(pair) == 0, 5,
+                await wait_until(lambda: pair.commits_waiting() == 0, 5,
                                  "the probes' waits to be cancelled")
             finally:
                 pair.link.restore()
@@ -88,10 +88,6 @@ async def _ready(api):
     response = await api.get("/health/ready")
     return response if response.status_code == 200 else None
 
-
-def _sessions_waiting_for_the_standby(pair: StandbyPair) -> int:
-    with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()[0]
 
 
 @pytest.mark.parametrize("sync_standby", [False, True], ids=["the hole", "closed"])
@@ -113,7 +109,7 @@ async def test_a_keyed_retry_is_not_answered_replayed_for_a_job_only_the_primary
             first = await api.post("/v1/jobs", headers={"Idempotency-Key": "order-1"}, json=CHARGE)
             if sync_standby:  # the commit waited for the standby, past the API's timeout
                 assert first.status_code == 503 and first.json()["error"].endswith(MAY_BE_STORED)
-                await wait_until(lambda: _sessions_waiting_for_the_standby(pair) == 1, 5, "the commit's wait")
+                await wait_until(lambda: pair.commits_waiting() == 1, 5, "the commit's wait")
                 with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
                     conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
             else:

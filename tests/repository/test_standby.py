@@ -50,10 +50,6 @@ def _pair(synchronous: bool) -> StandbyPair:
     return pair
 
 
-def _waiting_for_the_standby(pair: StandbyPair) -> int:
-    with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()[0]
-
 
 def test_asynchronous_replication_loses_what_the_primary_acknowledged_after_the_cut():
     """The link is cut, 50 commits are acknowledged, the primary dies, the standby is promoted: the 50
@@ -85,7 +81,7 @@ async def test_synchronous_replication_keeps_every_acknowledged_commit():
                 outcome.append(error)
         waiting = threading.Thread(target=commit)
         waiting.start()
-        await wait_until(lambda: _waiting_for_the_standby(pair) == 1, 10, "the commit to wait for the standby")
+        await wait_until(lambda: pair.commits_waiting() == 1, 10, "the commit to wait for the standby")
         pair.fail_over()
         waiting.join(10)
         assert len(outcome) == 1 and isinstance(outcome[0], psycopg.OperationalError)  # never acknowledged
@@ -106,7 +102,7 @@ async def test_a_cancelled_wait_for_the_standby_leaves_a_commit_only_the_primary
                 conn.execute("INSERT INTO acknowledged VALUES (1)")  # no exception: "committed locally"
         waiting = threading.Thread(target=commit)
         waiting.start()
-        await wait_until(lambda: _waiting_for_the_standby(pair) == 1, 10, "the commit to wait for the standby")
+        await wait_until(lambda: pair.commits_waiting() == 1, 10, "the commit to wait for the standby")
         with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
             conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
         waiting.join(10)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -75,15 +74,7 @@ async def _stopped(panel: ScenarioPanel, run: asyncio.Task, what: str) -> None:
 
 def _pairs_of_this_process() -> list[Path]:
     """The temporary primary/standby pairs (reliableq/standby.py) this process started and has not removed."""
-    return [root for root in Path(tempfile.gettempdir()).glob(standby.TEMPORARY_PREFIX + "*")
-            if _read(root / standby.OWNER_FILE) == str(os.getpid())]
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
+    return [root for root, owner in standby.temporary_pairs().items() if owner == os.getpid()]
 
 
 def _a_link_of_ours_is_cut() -> bool:
