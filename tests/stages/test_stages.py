@@ -245,7 +245,9 @@ async def test_semaphore_off_overloads_the_charge_service():
     """Starting everything due puts more in flight than the service takes; permits keep it within."""
     off, on = await compared("semaphore")
     capacity = s09_semaphore.CHARGE_CAPACITY
-    assert off.measurements["in_flight_peak"] == PARAMS.jobs > capacity
+    # Every job due is started at once. A retried job may be claimed again (its delay drawn near 0) while
+    # its first handler still winds down (its lease keeper stopping): then both are counted for a moment.
+    assert off.measurements["in_flight_peak"] >= PARAMS.jobs > capacity
     assert off.measurements["service_in_flight_peak"] > capacity
     assert off.measurements["refused"] > 0
     assert on.measurements["in_flight_peak"] <= PARAMS.concurrency <= capacity
