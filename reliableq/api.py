@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from reliableq import api_contract as contract
-from reliableq import db
+from reliableq import db, sql
 from reliableq.acknowledgement import (
     NotAcknowledged,
     Store,
@@ -158,25 +158,29 @@ def _parse_job_id(raw: str) -> uuid.UUID | None:
 
 def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), faults: FaultHook | None = None,
                    api_token: str | None = None, pool_size: int = 10, *, kinds: JobKinds,
-                   order: SubmissionOrder | None = None,
+                   order: SubmissionOrder | None = None, standby_session: str | None = None,
                    db_timeout: float = db.DEFAULT_DB_TIMEOUT_SECONDS,
                    key_window: float = DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS) -> FastAPI:
     """The API as an ASGI app over the queue's database. `api_token`: require this bearer token.
     `kinds`: the job kinds it accepts, each with its payload check, and the default kind (the stock API:
     reliableq.charge.handler.STANDARD_KINDS); the queue itself knows no kind.
     `order`: how a submission is stored and acknowledged; by default the one `mechanisms` says.
+    `standby_session`: what each database session runs first with sync_standby on (a learner's setting);
+    by default the shipped synchronous_commit level. With it off, sessions commit locally.
     `db_timeout`: seconds a request waits for a database connection, and then for the database's answer
     (a hung server's), before it is answered 503.
     `key_window`: seconds a submission's idempotency key names its job; an older key names a new one."""
     faults = faults or FaultHook()
     order = order or shipped_order(mechanisms)
+    session = ((standby_session or sql.queries("queue")["session_commits_wait_for_standby"])
+               if mechanisms.sync_standby else sql.queries("queue")["session_commits_local"])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Every write the API makes answers a client; with sync_standby on, each commit waits for a
-        # synchronous standby if the server has one (per session: no round trip per submission).
+        # synchronous standby if the server has one (set per session: no round trip per submission).
         pool = await db.open_pool_checked(database_url, max_size=pool_size, db_timeout_seconds=db_timeout,
-                                          hold_seconds=db_timeout, wait_for_standby=mechanisms.sync_standby)
+                                          hold_seconds=db_timeout, session_sql=session)
         app.state.queue = queue = Queue(pool, mechanisms, faults)
 
         async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused | None]:

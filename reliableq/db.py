@@ -23,6 +23,7 @@ import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -405,7 +406,7 @@ def _shut_down(conn: psycopg.AsyncConnection) -> bool:
 def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transaction_seconds: float | None = None,
               statement_seconds: float | None = None,
               db_timeout_seconds: float = POOL_WAIT_SECONDS, hold_seconds: float | None = None,
-              wait_for_standby: bool = True) -> BoundedPool:
+              session_sql: str | None = None) -> BoundedPool:
     """An async pool of autocommit connections: a statement outside `conn.transaction()` commits
     at once, so no transaction is ever left open by accident. Open it with `await pool.open()`.
     `idle_in_transaction_seconds`: the server ends a session whose transaction sits idle this long. A
@@ -418,31 +419,33 @@ def open_pool(url: str, max_size: int = 10, min_size: int = 1, idle_in_transacti
     OperationalError). A slow statement is hung up as a hung server's is, so it must exceed what the
     caller's statements take; None for callers that hold one across waits of their own (a worker's fault
     points, the chaos runs' lock waits).
-    `wait_for_standby`: False sets synchronous_commit = local for every session: a commit returns once
-    the primary has it, without waiting for a synchronous standby (the sync_standby mechanism off)."""
+    `session_sql`: statements each new session runs first (the API's synchronous_commit level)."""
     connect_seconds = min(CONNECT_TIMEOUT_SECONDS, math.ceil(db_timeout_seconds))
     kwargs: dict = {"autocommit": True, "connect_timeout": connect_seconds}
     settings = {"idle_in_transaction_session_timeout": idle_in_transaction_seconds,
                 "statement_timeout": statement_seconds}
     options = [f"-c {name}={max(int(seconds * 1000), 1)}" for name, seconds in settings.items() if seconds is not None]
-    if not wait_for_standby:
-        options.append("-c synchronous_commit=local")
     if options:
         kwargs["options"] = " ".join(options)
     return BoundedPool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs,
                        timeout=db_timeout_seconds, reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
-                       check=_check_unless_quiet, hold_seconds=hold_seconds)
+                       check=_check_unless_quiet, hold_seconds=hold_seconds,
+                       configure=partial(_run_first, session_sql) if session_sql else None)
+
+
+async def _run_first(session_sql: str, conn: psycopg.AsyncConnection) -> None:
+    await conn.execute(session_sql)
 
 
 async def open_pool_checked(url: str, max_size: int = 10, min_size: int = 1,
                             idle_in_transaction_seconds: float | None = None,
                             statement_seconds: float | None = None,
                             db_timeout_seconds: float = POOL_WAIT_SECONDS,
-                            hold_seconds: float | None = None, wait_for_standby: bool = True) -> BoundedPool:
+                            hold_seconds: float | None = None, session_sql: str | None = None) -> BoundedPool:
     """open_pool, opened, failing fast with DatabaseUnavailable when the server cannot be reached."""
     pool = open_pool(url, max_size=max_size, min_size=min_size, idle_in_transaction_seconds=idle_in_transaction_seconds,
                      statement_seconds=statement_seconds, db_timeout_seconds=db_timeout_seconds,
-                     hold_seconds=hold_seconds, wait_for_standby=wait_for_standby)
+                     hold_seconds=hold_seconds, session_sql=session_sql)
     try:
         await pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS * 2)
     except asyncio.CancelledError:  # a stopped run: its half-open pool would go on connecting

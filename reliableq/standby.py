@@ -17,6 +17,7 @@ run as the wheel's system user under root (PostgreSQL refuses to run as root).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,6 +232,32 @@ class StandbyPair:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+async def start_pair(synchronous: bool = False) -> StandbyPair:
+    """StandbyPair.start in a thread, for an event loop. A caller stopped meanwhile (a panel's Stop) does not
+    wait for it: the pair is stopped by the thread once started, or, if it was started just before the
+    stop and handed to nobody, by a thread of its own. Neither needs this event loop, which may be gone."""
+    lock = threading.Lock()
+    handed: dict[str, StandbyPair | bool | None] = {"pair": None, "abandoned": False}
+
+    def start() -> StandbyPair:
+        pair = StandbyPair.start(synchronous=synchronous)
+        with lock:
+            abandoned = handed["abandoned"]
+            handed["pair"] = pair
+        if abandoned:
+            pair.stop()
+        return pair
+    try:
+        return await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(start)))
+    except asyncio.CancelledError:
+        with lock:
+            handed["abandoned"] = True
+            started = handed["pair"]
+        if isinstance(started, StandbyPair):
+            threading.Thread(target=started.stop).start()
+        raise
 
 
 def _start_link(target_port: int) -> Link:

@@ -324,6 +324,16 @@ SELECT coalesce((SELECT live FROM previous), false) AS was_live;
 -- This worker has work again, or stops: its submissions need not notify on its account.
 DELETE FROM idle_workers WHERE worker_id = %(worker_id)s;
 
+-- name: session_commits_wait_for_standby
+-- What each of the API's sessions runs first with sync_standby on: a commit returns once a synchronous
+-- standby (if the server names one) has flushed its WAL, so a 202 survives the primary's death. Set per
+-- session, not left to the server's configuration, which may say `local` for speed.
+SET synchronous_commit = on;
+
+-- name: session_commits_local
+-- ... and with sync_standby off: a commit returns once the primary alone has flushed it.
+SET synchronous_commit = local;
+
 -- name: database_now
 -- PostgreSQL's clock, the only clock eligibility and leases are measured by.
 SELECT now() AS now;

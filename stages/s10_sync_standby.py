@@ -19,7 +19,6 @@ test_standby.py shows the hole). And an old primary that comes back must be kept
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 
@@ -28,7 +27,7 @@ from reliableq.config import Mechanisms
 from reliableq.db import Databases
 from reliableq.lab.experiment import Experiment, Prediction, experiment, stage_mechanisms
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
-from reliableq.standby import StandbyPair
+from reliableq.standby import start_pair
 
 NAME = "sync-standby"
 MECHANISM = "sync_standby"
@@ -68,36 +67,10 @@ async def _submit_during_the_cut(run: Experiment, amount_cents: int) -> tuple[uu
     return job_id, time.monotonic() - began, ""
 
 
-async def _started_pair() -> StandbyPair:
-    """A synchronous pair, started in a thread. A run stopped meanwhile (a panel's Stop) does not wait for
-    it: the pair is stopped by the thread once started, or, if it was started just before the stop and
-    handed to nobody, by a thread of its own. Neither needs this event loop, which may be gone by then."""
-    lock = threading.Lock()
-    handed: dict[str, StandbyPair | bool | None] = {"pair": None, "abandoned": False}
-
-    def start() -> StandbyPair:
-        pair = StandbyPair.start(synchronous=True)
-        with lock:
-            abandoned = handed["abandoned"]
-            handed["pair"] = pair
-        if abandoned:
-            pair.stop()
-        return pair
-    try:
-        return await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(start)))
-    except asyncio.CancelledError:
-        with lock:
-            handed["abandoned"] = True
-            started = handed["pair"]
-        if isinstance(started, StandbyPair):
-            threading.Thread(target=started.stop).start()
-        raise
-
-
 async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """`params.jobs` acknowledged and replicated, the link cut, `params.jobs` more submitted, the primary
     killed and the standby promoted; then a worker runs what the promoted server has."""
-    pair = await _started_pair()
+    pair = await start_pair(synchronous=True)
     try:
         with scratch.empty_database("rq_stage_charge") as charge_url:
             databases = Databases(pair.url("rq_stage_queue"), charge_url)

@@ -236,7 +236,7 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
     that server at all. `worker_pool_size`: connections the in-process workers share (0: none). `logs`: a
     folder for the processes' output. `pieces`: what its in-process workers and in-process charge service
     run in place of the shipped queries and retry policy, and its in-process API in place of the shipped
-    submission order (processes run the shipped ones)."""
+    submission order and session setting (processes run the shipped ones)."""
     in_threads = servers == "threads"
     if not in_threads and (charge_faults is not None or api_faults is not None):
         raise ValueError("server processes take their faults as charge_args, not live fault objects")
@@ -262,7 +262,8 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
             if api:
                 api_url = await _serve_in_thread(stack, create_api_app(databases.queue_url, mechanisms, api_faults,
                                                                         kinds=STANDARD_KINDS,
-                                                                        order=pieces.submission_order))
+                                                                        order=pieces.submission_order,
+                                                                        standby_session=pieces.standby_session))
         else:
             # One after the other: a server that fails to start is killed by spawn_server, and every
             # one started before it is in `started` for the exit to kill.

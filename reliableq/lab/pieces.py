@@ -1,6 +1,6 @@
 """The pieces of the system a run may replace: named queue and charge-service queries, the retry-delay
-policy, the finalize decision, the worker's permits and the order in which the API stores and
-acknowledges a submission.
+policy, the finalize decision, the worker's permits, the order in which the API stores and
+acknowledges a submission, and what its sessions commit with.
 
 Empty, a run uses the shipped ones. The exercises put a learner's code here, and the harness hands it
 to every worker it makes, to the charge service it starts in this process and (the order) to its
@@ -35,6 +35,8 @@ class Pieces:
     decision: FinalizeDecision | None = None  # succeed, retry or dead; None: the shipped decide
     permits: Callable[[int], ClaimPermits] | None = None  # a worker's permits from its limit; None: Permits
     submission_order: SubmissionOrder | None = None  # the API's accept(store, acknowledge); None: the shipped one
+    # What the API's sessions run first with sync_standby on (its synchronous_commit); None: the shipped SET.
+    standby_session: str | None = None
 
     def beside(self, other: Pieces) -> Pieces:
         """These pieces and `other`'s together (an exercise's and those of the stages before it); where
@@ -43,7 +45,8 @@ class Pieces:
                       charge_queries={**other.charge_queries, **self.charge_queries},
                       retry_delays=self.retry_delays or other.retry_delays,
                       decision=self.decision or other.decision, permits=self.permits or other.permits,
-                      submission_order=self.submission_order or other.submission_order)
+                      submission_order=self.submission_order or other.submission_order,
+                      standby_session=self.standby_session or other.standby_session)
 
 
 SHIPPED = Pieces()

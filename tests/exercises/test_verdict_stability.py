@@ -25,6 +25,7 @@ from tests.exercises import (
     test_leases_exercise,
     test_semaphore_exercise,
     test_skip_locked_exercise,
+    test_sync_standby_exercise,
 )
 
 pytestmark = [pytest.mark.stability, pytest.mark.timeout(3600)]
@@ -42,6 +43,7 @@ RIGHT_SPELLINGS = {
     "dead": {name: getattr(test_dead_exercise, name) for name in ("BY_BUDGET_FIRST", "TABLE", "MATCH")},
     "semaphore": {name: getattr(test_semaphore_exercise, name) for name in
                   ("COUNTDOWN", "ONE_AT_A_TIME", "CONTRACT")},
+    "sync-standby": test_sync_standby_exercise.RIGHT,
 }
 ANSWERS = [(name, "reference", exercises.get(name).reference, DEFAULT_SEEDS) for name in exercises.EXERCISES] + [
     (name, label, text, 1) for name, spellings in RIGHT_SPELLINGS.items() for label, text in spellings.items()]

@@ -120,7 +120,7 @@ def test_progress_is_one_line_to_paste_and_a_room_reads_every_learners_record(tm
     Workspace(ann).record(EXERCISE, state="passed")
     Workspace(ann).record(EXERCISES["fencing"], state="failing")
     assert main(["exercise", "progress", "--workspace", str(ann), "--learner", "ann", "--to", str(room)]) == 0
-    assert capsys.readouterr().out == "ann: 1 of 8 passed  02· 03· 04· 05✗ 06· 07✓ 08· 09·\n"
+    assert capsys.readouterr().out == "ann: 1 of 9 passed  02· 03· 04· 05✗ 06· 07✓ 08· 09· 10·\n"
     # A learner's name never leaves the room's folder.
     assert main(["exercise", "progress", "--workspace", str(bob), "--learner", "bob/../x", "--to", str(room)]) == 0
     assert sorted(p.name for p in room.iterdir()) == ["ann.json", "bob_.._x.json"]
@@ -128,10 +128,10 @@ def test_progress_is_one_line_to_paste_and_a_room_reads_every_learners_record(tm
     capsys.readouterr()
     assert main(["exercise", "room", str(room)]) == 0
     header, first, second, totals, skipped = capsys.readouterr().out.splitlines()
-    assert header.split() == ["learner", "02", "03", "04", "05", "06", "07", "08", "09", "passed", "as", "of"]
-    assert first.split()[:10] == ["ann", "·", "·", "·", "✗", "·", "✓", "·", "·", "1"]
-    assert second.split()[:10] == ["bob/../x", *["·"] * 8, "0"]
-    assert totals.split() == ["passed", "by", "0", "0", "0", "0", "0", "1", "0", "0"]
+    assert header.split() == ["learner", "02", "03", "04", "05", "06", "07", "08", "09", "10", "passed", "as", "of"]
+    assert first.split()[:11] == ["ann", "·", "·", "·", "✗", "·", "✓", "·", "·", "·", "1"]
+    assert second.split()[:11] == ["bob/../x", *["·"] * 9, "0"]
+    assert totals.split() == ["passed", "by", "0", "0", "0", "0", "0", "1", "0", "0", "0"]
     assert skipped == "(not a record: notes.json)"
 
 

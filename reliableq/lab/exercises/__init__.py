@@ -18,6 +18,7 @@ Layout
     backoff       exercise 07: the retry delay (Python)
     dead          exercise 08: the finalize decision, succeed, retry or dead (Python)
     semaphore     exercise 09: the worker's permits, taken at claim and released when a job is done (Python)
+    sync_standby  exercise 10: what the API's sessions commit with, so a 202 survives the primary's death (SQL)
 
 The learner's piece reaches the real worker, API and queue through reliableq/lab/pieces.py, never through
 a copy of the core.
@@ -34,6 +35,7 @@ from reliableq.lab.exercises import (
     leases,
     semaphore,
     skip_locked,
+    sync_standby,
 )
 from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.workspace import Workspace
@@ -41,7 +43,7 @@ from reliableq.lab.exercises.workspace import Workspace
 # In stage order, as `reliableq exercise list` shows them.
 EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in sorted(
     (module.EXERCISE for module in (commit_before_ack, skip_locked, leases, fencing, idempotency, backoff, dead,
-                                    semaphore)),
+                                    semaphore, sync_standby)),
     key=lambda exercise: exercise.stage_number)}
 
 

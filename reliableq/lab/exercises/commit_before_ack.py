@@ -20,7 +20,14 @@ from typing import Any
 
 from reliableq.lab.exercises import virtual_clock
 from reliableq.lab.exercises.exercise import Exercise
-from reliableq.lab.exercises.learner_code import LearnerCoroutine, LearnerError, load_function, within_deadline
+from reliableq.lab.exercises.learner_code import (
+    LearnerCoroutine,
+    LearnerError,
+    lab_awaitable,
+    load_function,
+    the_labs,
+    within_deadline,
+)
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult
@@ -116,6 +123,10 @@ class LearnerOrder:
     deadline_seconds: float = API_DEADLINE_SECONDS
     waiter: str = "the API"  # who waits for accept, in what a miss says
     errors: list[LearnerError] = field(default_factory=list)
+    # The API's store and acknowledge are wrapped so that what they raise (a database that did not answer)
+    # reaches the API as it was: the API's to answer (503), not the learner's mistake. A trial's are not:
+    # it tells each store() call's coroutine apart, and marks its own failure (InsertFailed).
+    wrap_the_labs: bool = True
 
     async def __call__(self, store: Callable[[], Awaitable[object]],
                        acknowledge: Callable[[], Awaitable[None]]) -> None:
@@ -128,6 +139,8 @@ class LearnerOrder:
                 if running and not deadline.expired():
                     deadline.reschedule(asyncio.get_running_loop().time() + self.deadline_seconds)
                 await acknowledge()
+            if self.wrap_the_labs:
+                store, acknowledge_noted = lab_awaitable(store), lab_awaitable(acknowledge_noted)
             learner = self.function(store, acknowledge_noted)
             if not isinstance(learner, LearnerCoroutine):
                 raise LearnerError(f"{FILENAME}: define accept with `async def`, so that it can await store() and "
@@ -215,7 +228,7 @@ async def trial(order: LearnerOrder, store: str) -> Trial:
     Every moment is the same on every run, and a held store shows each acknowledgement that did not wait
     for its commit, whatever timeout or poll let it go. An exception in accept with a fast store, or a step
     that never ends, raises LearnerError; with a held store accept may give up (the API answers 500)."""
-    order = replace(order, deadline_seconds=TRIAL_DEADLINE_SECONDS, waiter="the check", errors=[])
+    order = replace(order, deadline_seconds=TRIAL_DEADLINE_SECONDS, waiter="the check", errors=[], wrap_the_labs=False)
     # The outer deadline stops an endless loop in a task accept started (its own steps have theirs).
     return await asyncio.to_thread(within_deadline, virtual_clock.run,
                                    (partial(_trial, order, store), FILENAME, TRIAL_REAL_SECONDS, GIVE_UP_AT),
@@ -242,7 +255,7 @@ async def _trial(order: LearnerOrder, store_kind: str) -> Trial:
             raise
         if store_kind == "failing":
             call.failed = True
-            raise InsertFailed("the insert failed (the database refused it)")
+            raise the_labs(InsertFailed("the insert failed (the database refused it)"))
         call.committed = True
 
     def store() -> Coroutine:  # a coroutine, as the API's store() gives: kept, to see whether it ever ran
@@ -291,6 +304,8 @@ async def _trial(order: LearnerOrder, store_kind: str) -> Trial:
             raise outcome
     if isinstance(failure, Late):
         facts.late, facts.waiting_at = True, failure.line
+    elif isinstance(failure, InsertFailed):  # the failing store's error, let through: the API answers 500
+        facts.error = str(failure)
     elif isinstance(failure, LearnerError):
         if store_kind == "fast":  # the normal case: an exception here is a mistake to show at its line
             raise failure

@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -98,11 +98,33 @@ def within_deadline(function: Callable[..., Any], args: tuple, filename: str,
         sys.settrace(previous)
 
 
+LABS = "_raised_by_the_lab"
+
+
+def the_labs(error: Exception) -> Exception:
+    """`error` marked as raised by the lab, not the learner: their code letting it through passes it on."""
+    setattr(error, LABS, True)
+    return error
+
+
+def lab_awaitable(function: Callable[[], Awaitable[Any]]) -> Callable[[], Coroutine[Any, Any, Any]]:
+    """`function` (the lab's store or acknowledge, handed to the learner's code) marking what it raises, so
+    that an error the learner's code lets through is passed on as it was, not said as the learner's."""
+    async def marked() -> Any:
+        try:
+            return await function()
+        except Exception as error:
+            raise the_labs(error)  # noqa: B904  (the same exception, marked: its traceback goes on)
+    return marked
+
+
 class LearnerCoroutine:
     """The learner's coroutine, awaited one step at a time: each step (their code from one await to the
     next) runs under within_deadline, and an exception raised in their code becomes a LearnerError at
-    their line. What it awaits (the lab's store and acknowledge, a sleep) takes as long as it takes;
-    whoever awaits this bounds the whole (`waiting_at` says where it last waited)."""
+    their line; an exception from what it awaits (the lab's store and acknowledge, a sleep) that their code
+    lets through stays what it was (a database error is the API's to answer, not the learner's mistake).
+    What it awaits takes as long as it takes; whoever awaits this bounds the whole (`waiting_at` says where
+    it last waited)."""
 
     def __init__(self, coroutine: Coroutine, filename: str) -> None:
         self.coroutine, self.filename = coroutine, filename
@@ -118,6 +140,8 @@ class LearnerCoroutine:
             except LearnerError:
                 raise
             except Exception as error:
+                if getattr(error, LABS, False):  # raised by what the lab handed the learner, let through
+                    raise
                 raise LearnerError(at_learner_line(error, self.filename)) from None
             self.waiting_at = self.coroutine.cr_frame.f_lineno
             try:
@@ -154,7 +178,7 @@ def load_queries(text: str, filename: str, expected: Iterable[str]) -> dict[str,
     return named
 
 
-async def try_queries(queries: Mapping[str, str], filename: str, database_url: str, params: Mapping[str, Any],
+async def try_queries(queries: Mapping[str, str], filename: str, database_url: str, params: Mapping[str, Any] | None,
                       returning: Iterable[str] = ()) -> None:
     """Run each of the learner's `queries` once with `params` on the (scratch) database at `database_url`,
     in a transaction that is rolled back: SQL PostgreSQL refuses is said with its message and the line of

@@ -200,6 +200,15 @@ EQUIVALENT: dict[str, dict[str, str]] = {
         **_CLAIM_EQUIVALENT,
     },
     "leases": _CLAIM_EQUIVALENT,  # the same claim, its reclaim always on
+    "sync-standby": {
+        "api_session: synchronous_commit on -> remote_apply":
+            "a right answer: the commit waits longer (until the standby has replayed the WAL, not only flushed "
+            "it), so everything `on` keeps it keeps",
+        "api_session: synchronous_commit on -> remote_write":
+            "right for the failure the lab stages: the commit waits until the standby's operating system has the "
+            "WAL, which survives the primary's death (only both machines losing power together would lose it, "
+            "which no process signal can stage); the exercise's why says so",
+    },
     "semaphore": {
         "__init__, lines 18 and 19: `self.limit = limit` and `self.in_flight = 0` swapped":
             "two assignments to different attributes, neither reading the other",

@@ -2,9 +2,10 @@
 
 Each operator is one class of mistake a learner makes: another lock strength or wait policy, another
 comparison, a predicate dropped or negated, another column or parameter, the other clock, another ON
-CONFLICT, no LIMIT. A mutant is a whole file a learner could have written: the reference's header and
-`-- name:` lines kept, every query deparsed the same way, one query edited. What this does not do: run
-anything (mutants.py runs the checker on each), or know which mutants are equivalent.
+CONFLICT, no LIMIT, another value of a setting or a SET that does not last (SET LOCAL, RESET). A
+mutant is a whole file a learner could have written: the reference's header and `-- name:` lines kept,
+every query deparsed the same way, one query edited. What this does not do: run anything (mutants.py
+runs the checker on each), or know which mutants are equivalent.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pglast.enums import (
     LockWaitPolicy,
     NullTestType,
     OnConflictAction,
+    VariableSetKind,
 )
 from pglast.parser import ParseError, scan
 from pglast.stream import IndentedStream, RawStream
@@ -34,6 +36,8 @@ STRENGTHS = {LockClauseStrength.LCS_FORUPDATE: "FOR UPDATE", LockClauseStrength.
 WAITS = {LockWaitPolicy.LockWaitSkip: " SKIP LOCKED", LockWaitPolicy.LockWaitError: " NOWAIT",
          LockWaitPolicy.LockWaitBlock: ""}
 CLOCKS = ("now", "clock_timestamp")
+# The values a setting an exercise sets can take, each swapped for the others.
+SETTING_VALUES = {"synchronous_commit": ("off", "local", "remote_write", "on", "remote_apply")}
 STATEMENTS = (ast.SelectStmt, ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt)
 # The clauses whose conjuncts and disjuncts are dropped or negated one at a time.
 PREDICATE_SLOTS = {ast.SelectStmt: "whereClause", ast.UpdateStmt: "whereClause", ast.DeleteStmt: "whereClause",
@@ -159,6 +163,7 @@ def edits(tree: tuple, names: list[str]) -> list[Edit]:
         found += _comparison_edits(node, said)
         found += _predicate_edits(node, said)
         found += _on_conflict_edits(node)
+        found += _setting_edits(node)
         if isinstance(node, ast.SelectStmt) and node.limitCount is not None:
             found.append(Edit("limit", f"LIMIT {said(node.limitCount)} removed",
                               lambda node=node: setattr(node, "limitCount", None)))
@@ -302,6 +307,20 @@ def _on_conflict_edits(node: ast.Node) -> list[Edit]:
         found.append(Edit("on-conflict", "DO UPDATE -> DO NOTHING",
                           lambda: (setattr(clause, "action", OnConflictAction.ONCONFLICT_NOTHING),
                                    setattr(clause, "targetList", None), setattr(clause, "whereClause", None))))
+    return found
+
+
+def _setting_edits(node: ast.Node) -> list[Edit]:
+    if not isinstance(node, ast.VariableSetStmt) or node.kind != VariableSetKind.VAR_SET_VALUE:
+        return []
+    found = [Edit("setting", f"SET {node.name} -> SET LOCAL", lambda: setattr(node, "is_local", not node.is_local)),
+             Edit("setting", f"SET {node.name} -> RESET",
+                  lambda: (setattr(node, "kind", VariableSetKind.VAR_RESET), setattr(node, "args", None)))]
+    now = node.args[0].val.sval if len(node.args or ()) == 1 and isinstance(node.args[0].val, ast.String) else None
+    for value in SETTING_VALUES.get(node.name, ()):
+        if value != now:
+            found.append(Edit("setting", f"{node.name} {now} -> {value}",
+                              lambda value=value: setattr(node, "args", (ast.A_Const(val=ast.String(sval=value)),))))
     return found
 
 
