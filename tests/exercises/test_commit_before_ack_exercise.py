@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from reliableq import acknowledgement, api
+from reliableq import acknowledgement, api, db
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.lab.exercises import commit_before_ack as exercise
 from reliableq.lab.exercises.checker import Outcome, check
@@ -197,6 +197,28 @@ BROKEN_IN_THE_API = [
     (WAITS_FOR_EVER, "failed before it was acknowledged: Late"),
     (accept("while True: pass"), "failed before it was acknowledged: LearnerError"),
 ]
+
+
+async def test_a_database_error_the_learners_accept_lets_through_stays_the_apis_to_answer():
+    """A store that fails (a database that did not answer) under a right accept reaches the API as it was,
+    for the API to answer 503 "may be stored", not as a mistake at the learner's line (a 500 blaming
+    their await); their own code's exception is still theirs."""
+    def failing_store():
+        async def store():
+            raise db.NoAnswer("no answer from the database within 3 s")
+        return store
+
+    async def acknowledge():
+        pass
+
+    right = exercise.load(exercise.REFERENCE).submission_order
+    with pytest.raises(db.NoAnswer):
+        await right(failing_store(), acknowledge)
+    assert right.errors == []
+    catching = exercise.load(accept("try:", "    await store()", "except Exception as error:",
+                                    "    raise ValueError('mine') from error", "await acknowledge()")).submission_order
+    with pytest.raises(LearnerError, match=r"commit_before_ack.py, line \d+: ValueError: mine"):
+        await catching(failing_store(), acknowledge)
 
 
 @pytest.mark.slow
