@@ -91,6 +91,13 @@ def cmd_lab(args: argparse.Namespace) -> int:
 def cmd_chaos(args: argparse.Namespace) -> int:
     from reliableq.lab.chaos import ChaosConfig, run_chaos
     mechanisms = mechanisms_from(args)
+    if args.failover:
+        from reliableq.lab.failover_chaos import FailoverConfig, run_failover_chaos
+        failover = run_coroutine(run_failover_chaos(FailoverConfig(
+            seed=args.seed, workers=args.workers, lease_seconds=args.lease, settle_seconds=args.settle,
+            mechanisms=mechanisms)))
+        print(failover.text())
+        return 0 if failover.ok else 1
     check_fleet_limit(args.fleet_limit, mechanisms)
     config = ChaosConfig(seed=args.seed, jobs=args.jobs, workers=args.workers, concurrency=args.concurrency,
                          lease_seconds=args.lease, settle_seconds=args.settle, fleet_limit=args.fleet_limit,

@@ -217,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds the run may take to settle")
     p.add_argument("--fleet-limit", type=positive_int,
                    help="jobs in flight across all workers (checked: live leases never exceed it)")
+    p.add_argument("--failover", action="store_true",
+                   help="instead: real API and worker processes over a primary and a synchronous standby, the "
+                        "primary SIGKILLed mid-submission and the standby promoted (uses --seed, --workers, --lease, "
+                        "--settle and --off; shows sync_standby)")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_chaos)
 

@@ -63,7 +63,7 @@ class ChaosConfig:
 
 
 # The mechanisms whose absence a chaos run shows. It runs on one server: sync_standby needs a standby and a
-# failover, which its stage stages (stages/s10_sync_standby.py).
+# failover, which `reliableq chaos --failover` (reliableq/lab/failover_chaos.py) and its stage stage.
 SHOWN_BY_CHAOS = tuple(name for name in Mechanisms.names() if name != "sync_standby")
 
 
