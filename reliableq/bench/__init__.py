@@ -5,6 +5,7 @@
     scenarios   the scenarios by name (execution, latency, kill -9, retry, idempotency, DEAD, semaphore)
     ingest      the ingest scenario: over HTTP, in batches, straight into PostgreSQL
     retention   the retention scenario: no-op jobs over a large finished history, kept or pruned first
+    standby     the standby scenario: a synchronous, an asynchronous and no standby; a failover's gap
     stack       one run over the lab's harness, every part a real process; seeded workers, preloads
     gate        the correctness gate, from reliableq.lab.invariants
     results     samples, windows, run and bench results, the summary, the workers' time metrics

@@ -36,8 +36,12 @@ async def gate(databases: db.Databases, acknowledged: Iterable[uuid.UUID] = (),
                waive: dict[str, str] | None = None, extra: Iterable[Check] = ()) -> tuple[bool, list[dict[str, Any]]]:
     """Check the stored invariants (plus `extra`) on a settled run. `waive`: check name -> why it does not
     apply to this run (e.g. ingestion runs never execute their jobs). Passed: every other check held."""
+    return judged([*await invariants.check_stored(databases, acknowledged), *extra], waive)
+
+
+def judged(checks: Iterable[Check], waive: dict[str, str] | None = None) -> tuple[bool, list[dict[str, Any]]]:
+    """Checks already made, as a run's gate: passed when every one not waived held; each as a row."""
     waive = waive or {}
-    checks = [*await invariants.check_stored(databases, acknowledged), *extra]
     rows = [{"name": c.name, "held": c.held, "violations": len(c.violations), "note": c.note,
              "waived": waive.get(c.name, ""), "examples": [_plain(v) for v in c.violations[:3]]} for c in checks]
     return all(r["held"] or r["waived"] for r in rows), rows

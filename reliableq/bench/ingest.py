@@ -41,22 +41,7 @@ async def ingest(bench: Bench, repeat: int) -> None:
             async def body(clients=clients, via=via, point=point, jobs=jobs) -> Measured:
                 async with run_system(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
                                     charge=False) as system:
-                    acknowledged: list[uuid.UUID] = []
-                    samples: list[Sample] = []  # one per request: a batch's latency is its whole request's
-                    submit = await _submitter(system, via, clients)
-                    # A shared iterator: each request takes the next slice of job numbers (one, or a batch).
-                    starts = iter(range(0, jobs, submit.batch))
-                    try:
-                        async def client() -> None:
-                            for first in starts:
-                                begun = time.monotonic()
-                                acknowledged.extend(await submit(min(submit.batch, jobs - first)))
-                                samples.append(Sample(begun, time.monotonic()))
-                        start = time.monotonic()
-                        await asyncio.gather(*(client() for _ in range(clients)))
-                        window = Window(start, time.monotonic())
-                    finally:
-                        await submit.aclose()
+                    acknowledged, samples, window = await submit_jobs(system, via, clients, jobs)
                     passed, checks = await gate(system.databases, acknowledged, waive={
                         UNFINISHED_CHECK: "ingestion runs store jobs and never execute them"})
                 metrics = {"jobs": len(acknowledged), "requests": len(samples),
@@ -65,6 +50,28 @@ async def ingest(bench: Bench, repeat: int) -> None:
             await bench.measure("ingest", point, {"clients": clients, "via": via, "jobs": jobs,
                                                   "jobs_per_request": BATCH_JOBS if is_batch(via) else 1},
                                 "jobs_per_second", repeat, body)
+
+
+async def submit_jobs(system: LocalSystem, via: str, clients: int,
+                      jobs: int) -> tuple[list[uuid.UUID], list[Sample], Window]:
+    """`jobs` submitted `via` one of INGEST_VIAS by `clients` at once: the acknowledged ids, one latency
+    sample per request (a batch's is its whole request's), and the window they took."""
+    acknowledged: list[uuid.UUID] = []
+    samples: list[Sample] = []
+    submit = await _submitter(system, via, clients)
+    # A shared iterator: each request takes the next slice of job numbers (one, or a batch).
+    starts = iter(range(0, jobs, submit.batch))
+    try:
+        async def client() -> None:
+            for first in starts:
+                begun = time.monotonic()
+                acknowledged.extend(await submit(min(submit.batch, jobs - first)))
+                samples.append(Sample(begun, time.monotonic()))
+        start = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return acknowledged, samples, Window(start, time.monotonic())
+    finally:
+        await submit.aclose()
 
 
 class _Submit:

@@ -10,7 +10,7 @@ from typing import Any
 from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult, RunResult
 from reliableq.bench.scenarios import SCENARIOS
-from reliableq.bench.tables import charged_rows, mechanism_costs, peers_ahead, pickup_rows, ratios
+from reliableq.bench.tables import charged_rows, mechanism_costs, peers_ahead, pickup_rows, ratios, standby_rows
 
 
 def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
@@ -74,6 +74,7 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
         [[r["kind"], r["point"], r["ours_per_second"], r["baseline"], r["baseline_per_second"], _ratio(r["ratio"])]
          for r in bounded])
     lines += mechanism_lines(mechanism_costs(result))
+    lines += standby_lines(standby_rows(result))
     charged = charged_rows(result)
     if charged:
         lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
@@ -140,6 +141,25 @@ def mechanism_lines(costs: dict[str, Any] | None) -> list[str]:
                      for r in costs["rows"]])
     lines += ["", "Not switched off here: " + "; ".join(f"{name}: {why}" for name, why in
                                                         costs["not_measured"].items()) + "."]
+    return lines
+
+
+def standby_lines(standby: dict[str, Any] | None) -> list[str]:
+    """The report's section on what a standby costs and how long a failover leaves the queue without one."""
+    if standby is None:
+        return []
+    lines = ["", "## What a standby costs, and a failover's gap", "",
+             f"`standby`: {SCENARIOS['standby'].what}. Each point on a server of the same making; ratio = over the "
+             "same server alone.", ""]
+    lines += _table(["replication", "submit /s (HTTP)", "ratio to alone", "charged jobs /s", "ratio to alone"],
+                    [[r["replication"], r["ingest_jobs_per_second"], _ratio(r["ingest_jobs_per_second_ratio"]),
+                      r["execute_jobs_per_second"], _ratio(r["execute_jobs_per_second_ratio"])]
+                     for r in standby["rows"]])
+    gap = standby["failover"]
+    lines += ["", "A failover with a synchronous standby (`reliableq chaos --failover`): the first 202 came "
+              f"{_cell(gap['first_202_after_death_seconds'])} s and the first claim on the promoted server "
+              f"{_cell(gap['first_claim_after_death_seconds'])} s after the primary's death; acknowledged jobs "
+              f"lost: {_cell(gap['lost'])}."]
     return lines
 
 

@@ -41,6 +41,7 @@ class Profile:
     repeats: int = 1  # runs per point; the summary averages the passing ones
     settle_seconds: float = 120.0  # a run that has not settled by then fails
     retention_history: int = 200_000  # finished jobs the retention scenario starts with (then drains execute_jobs)
+    standby_jobs: int = 400  # jobs submitted and run at each replication point of the standby scenario
     # Scenarios this profile runs only when named (--scenarios): at its sizes they would show nothing.
     left_to_full: tuple[str, ...] = ()
 
@@ -53,7 +54,7 @@ PROFILES = {
                     charge_latency_seconds=0.01, kill9_leases=(1.0,), retry_jobs=10, retry_rates=(0.25,),
                     idempotency_requests=20, idempotency_clients=5, dead_jobs=5, semaphore_jobs=6,
                     semaphore_permits=2, semaphore_latency_seconds=0.05, pgbench_seconds=0.5, mechanism_jobs=20,
-                    mechanism_processes=(2, 2), pickup_jobs=3,
+                    mechanism_processes=(2, 2), pickup_jobs=3, standby_jobs=20,
                     settle_seconds=60),
     # 4-5 minutes on this project's two cores while others' tests ran (3 min 58 s for the reference notebook 12
     # ships; 11 min 11 s before these sizes, 209 s of it pgqueuer's 1 s pickup times 200 jobs and 90 s
@@ -74,7 +75,7 @@ PROFILES = {
                     kill9_leases=(1.0, 2.0, 5.0), retry_jobs=600, retry_rates=(0.0, 0.1, 0.25, 0.5),
                     idempotency_requests=2000, idempotency_clients=100, dead_jobs=1000, semaphore_jobs=100,
                     semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, mechanism_jobs=4000,
-                    mechanism_processes=(2, 8), pickup_jobs=300,
+                    mechanism_processes=(2, 8), pickup_jobs=300, standby_jobs=2000,
                     repeats=3, settle_seconds=300),
 }
 

@@ -1,7 +1,8 @@
 """The benchmark's scenarios, by name: what each measures and how, against real processes.
 
 Each scenario runs its points through `Bench.measure`, which times them, gates them and keeps failed
-runs apart. Ingestion is `reliableq.bench.ingest`, retention `reliableq.bench.retention`; execution,
+runs apart. Ingestion is `reliableq.bench.ingest`, retention `reliableq.bench.retention`, the standby's
+cost and a failover's gap `reliableq.bench.standby`; execution,
 latency, kill -9 recovery, retry amplification, idempotency, DEAD and the semaphore are here.
 """
 
@@ -23,6 +24,8 @@ from reliableq.bench.results import Measured, Sample, Window, worker_time_metric
 from reliableq.bench.retention import retention
 from reliableq.bench.runner import Bench, Scenario
 from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system
+from reliableq.bench.standby import POINTS as STANDBY_POINTS
+from reliableq.bench.standby import standby
 from reliableq.config import Mechanisms
 from reliableq.lab import invariants
 from reliableq.lab.demo import kill_after_charge
@@ -286,6 +289,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("mechanisms", "what each mechanism costs: the same charged jobs with every mechanism on, and with "
              f"each of {', '.join(COSTED_MECHANISMS)} off in turn (all on again before each, and at the end)",
              lambda p: 2 * len(COSTED_MECHANISMS) + 1, _mechanisms),
+    Scenario("standby", "a primary whose commits wait for a synchronous standby, one with an asynchronous standby, "
+             "and one alone: HTTP submissions and charged jobs on each; then a failover, timed from the primary's "
+             "death to the first 202 and the first claim on the promoted server (reliableq/bench/standby.py)",
+             lambda p: len(STANDBY_POINTS), standby),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
              "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
              "each in-process in its own process (reliableq/bench/peers.py)",

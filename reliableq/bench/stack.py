@@ -24,6 +24,7 @@ from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Window
 from reliableq.bench.runner import Bench
 from reliableq.config import Mechanisms
+from reliableq.db import Databases
 from reliableq.lab import processes
 from reliableq.lab.harness import LocalSystem, local_system
 
@@ -33,12 +34,14 @@ WORKER_READY_SECONDS = 30.0
 
 @asynccontextmanager
 async def run_system(bench: Bench, label: str, charge_args: Sequence[str] = (), api: bool = False,
-                     charge: bool = True, mechanisms: Mechanisms | None = None) -> AsyncIterator[LocalSystem]:
+                     charge: bool = True, mechanisms: Mechanisms | None = None,
+                     databases: Databases | None = None) -> AsyncIterator[LocalSystem]:
     """The harness with every server a real process: a charge service (with `charge_args`) and the API
-    when asked, each with `mechanisms` (default: the bench's). Stopped, and its databases dropped, on exit."""
+    when asked, each with `mechanisms` (default: the bench's). Stopped, and its scratch databases dropped, on
+    exit. `databases`: run on these (another server's) instead, left for their owner to remove."""
     logs = bench.out_dir / "logs" / re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
     async with local_system(mechanisms or bench.mechanisms, servers="processes", charge_args=charge_args, api=api,
-                            charge=charge, database_prefix="rq_bench",
+                            charge=charge, database_prefix="rq_bench", databases=databases,
                             worker_pool_size=0, logs=logs) as system:
         yield system
 

@@ -1,5 +1,6 @@
 """The benchmark report's tables, as rows: each figure of ours set only beside like figures, our charged
-jobs beside our own no-op jobs, pickup latency per queue, and what each mechanism costs.
+jobs beside our own no-op jobs, pickup latency per queue, what each mechanism costs, and what a standby
+costs.
 
 Like for like (`KINDS`): each figure of ours is set only beside the same kind of work, measured in the same
 run on the same server at the same client count: our no-op jobs beside the peers' no-op jobs (pgqueuer,
@@ -20,6 +21,7 @@ from reliableq.bench import peers
 from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult
 from reliableq.bench.scenarios import ALL_ON, UNCOSTED_MECHANISMS
+from reliableq.bench.standby import FAILOVER, REPLICATIONS
 
 
 @dataclass(frozen=True)
@@ -183,3 +185,19 @@ def mechanism_costs(result: BenchResult) -> dict[str, Any] | None:
     params = runs[0].params
     return {"jobs": params["jobs"], "workers": params["workers"], "permits": params["permits"],
             "all_on_jobs_per_second": all_on, "rows": rows, "not_measured": UNCOSTED_MECHANISMS}
+
+
+def standby_rows(result: BenchResult) -> dict[str, Any] | None:
+    """The standby scenario (None when it did not run): submissions and charged jobs per second at each
+    replication, each as a ratio to the same server alone; and the failover's gaps, means of passing runs."""
+    if not any(r.scenario == "standby" for r in result.runs):
+        return None
+    keys = ("ingest_jobs_per_second", "execute_jobs_per_second")
+    means = {point: {key: _point_mean(result, "standby", point, key) for key in keys} for point in REPLICATIONS}
+    alone = means["none"]
+    rows = [{"replication": point, **{key: m[key] for key in keys},
+             **{f"{key}_ratio": m[key] / alone[key] if m[key] and alone[key] else None for key in keys}}
+            for point, m in means.items()]
+    failover = {key: _point_mean(result, "standby", FAILOVER, key)
+                for key in ("first_202_after_death_seconds", "first_claim_after_death_seconds", "lost")}
+    return {"rows": rows, "failover": failover}

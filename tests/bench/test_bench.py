@@ -19,6 +19,7 @@ from reliableq.bench.profiles import PROFILES
 from reliableq.bench.results import RunResult, Sample, Window, keep_in_window, summarize
 from reliableq.bench.run import run_bench
 from reliableq.bench.scenarios import ALL_ON, COSTED_MECHANISMS, SCENARIOS
+from reliableq.bench.standby import POINTS as STANDBY_POINTS
 
 CHARGE_CHECK = "at most one charge per job and per idempotency key"
 
@@ -81,6 +82,13 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     assert [r["point"] for r in written["mechanism_costs"]["rows"]] == [ALL_ON, *(f"{m} off" for m in
                                                                                 COSTED_MECHANISMS)]
     assert "## What each mechanism costs" in text
+    # A synchronous, an asynchronous and no standby, then a failover with nothing acknowledged lost.
+    assert [r.point for r in result.runs if r.scenario == "standby"] == list(STANDBY_POINTS)
+    standby = written["standby"]
+    assert [r["replication"] for r in standby["rows"]] == ["synchronous", "asynchronous", "none"]
+    assert all(r["execute_jobs_per_second"] and r["ingest_jobs_per_second"] for r in standby["rows"])
+    assert standby["failover"]["lost"] == 0 and standby["failover"]["first_claim_after_death_seconds"] > 0
+    assert "## What a standby costs, and a failover's gap" in text
 
 
 @pytest.mark.slow
