@@ -57,13 +57,16 @@ def mechanisms(on: bool) -> Mechanisms:
     return stage_mechanisms(MECHANISM, on)
 
 
-async def _submit_during_the_cut(run: Experiment, amount_cents: int) -> tuple[uuid.UUID | None, float, str]:
-    """One submission over HTTP: its id if acknowledged, how long the answer took, and a refusal's text."""
+async def _submit(run: Experiment, amount_cents: int) -> tuple[uuid.UUID | None, float, str]:
+    """One submission over HTTP, its answer on the timeline: its id if acknowledged, how long the answer
+    took, and a refusal's text."""
     began = time.monotonic()
     try:
         job_id = await run.submit_http(amount_cents)
     except RuntimeError as refused:  # 503: the commit did not return within the API's database timeout
+        run.note("api", "refused", "503: may be stored, retry with the same key")
         return None, time.monotonic() - began, str(refused)
+    run.note("api", "acknowledged", "202", job_id)
     return job_id, time.monotonic() - began, ""
 
 
@@ -76,20 +79,22 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
             databases = Databases(pair.url("rq_stage_queue"), charge_url)
             async with experiment(NAME, MECHANISM, on, params, databases=databases) as run:
                 for i in range(params.jobs):
-                    await run.submit_http(1000 + i)
+                    await _submit(run, 1000 + i)
                 await asyncio.to_thread(pair.wait_caught_up)
                 replicated = len(run.submitted)
 
                 pair.link.cut()
+                run.note("database", "link_cut", "the link to the standby stalled (SIGSTOP)")
                 try:
-                    during = await asyncio.gather(*(_submit_during_the_cut(run, 2000 + i)
-                                                    for i in range(params.jobs)))
+                    during = await asyncio.gather(*(_submit(run, 2000 + i) for i in range(params.jobs)))
                 except asyncio.CancelledError:
                     # Stopped during the cut: the link back ends the commits' waits for the standby, so
                     # the API's requests, and with them the run's teardown, end now, not at their timeout.
                     pair.link.restore()
                     raise
+                run.note("database", "primary_killed", "the primary SIGKILLed, the link with it")
                 await asyncio.to_thread(pair.fail_over)
+                run.note("database", "promoted", "the standby promoted (pg_ctl promote)")
 
                 stored = [job_id for job_id in run.submitted if await run.system.queue.get(job_id) is not None]
                 run.system.start_worker(run.worker("worker-1"))

@@ -107,6 +107,7 @@ class Experiment:
     started: datetime
     submitted: list[uuid.UUID] = field(default_factory=list)  # in order, whether stored or not
     fault_plans: list[FaultPlan] = field(default_factory=list)
+    noted: list[timeline.Event] = field(default_factory=list)  # the story's own moments: a cut, a kill
     log_labels: _JobLabels = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +120,10 @@ class Experiment:
     def seconds(self) -> float:
         """Seconds since the experiment began, on the clock the timeline uses."""
         return round((datetime.now(UTC) - self.started).total_seconds(), 4)
+
+    def note(self, lane: str, kind: str, detail: str, job_id: uuid.UUID | None = None) -> None:
+        """A moment of the scenario's own story on its timeline, now, in `lane` ("api", "database")."""
+        self.noted.append(timeline.Event(self.seconds(), str(job_id or ""), lane, None, kind, detail))
 
     def faults(self) -> FaultPlan:
         """A fault plan for workers, included in the timeline."""
@@ -183,8 +188,9 @@ class Experiment:
         recorded = {c.job_id: c for c in await self.system.counts()}
         jobs = [recorded.pop(job_id, None) or JobCounts(job_id, LOST, 0, 0, 0, 0, 0) for job_id in self.submitted]
         jobs.extend(recorded.values())  # anything stored that the scenario did not submit itself
-        events = await timeline.collect(self.system.databases, self.started,
-                                        [self.system.api_faults, *self.fault_plans])
+        events = timeline.in_order([*await timeline.collect(self.system.databases, self.started,
+                                                            [self.system.api_faults, *self.fault_plans]),
+                                    *self.noted])
         return ScenarioResult(self.stage, self.mechanism, self.on, self.mechanisms, self.params, jobs, events,
                               measurements or {}, watched)
 

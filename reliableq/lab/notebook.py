@@ -39,6 +39,11 @@ _MARKERS = {  # timeline event kind -> (marker, colour, label)
     "pause": ("|", "tab:gray", "pause"),
     "resume": ("|", "tab:olive", "resume"),
     "lose_answer": ("d", "tab:brown", "COMMIT answer lost"),
+    "acknowledged": ("v", "tab:green", "202 acknowledged"),
+    "refused": ("s", "tab:red", "503 refused"),
+    "link_cut": ("|", "tab:red", "link to the standby cut"),
+    "primary_killed": ("*", "black", "primary SIGKILLed"),
+    "promoted": ("^", "tab:green", "standby promoted"),
 }
 
 

@@ -21,7 +21,9 @@ class Event:
     job_id: str
     worker: str  # worker id, "charge-service" or "api"
     attempt: int | None
-    kind: str  # claim | lease_expired | finalize_won | finalize_lost | charge | crash | pause | resume
+    # claim | lease_expired | finalize_won | finalize_lost | charge | crash | pause | resume, or a stage's own
+    # (reliableq.lab.experiment.Experiment.note): acknowledged | refused | link_cut | primary_killed | promoted
+    kind: str
     detail: str
 
     def as_dict(self) -> dict:
@@ -52,4 +54,8 @@ async def collect(databases: Databases, started: datetime, fault_plans: list[Fau
         for t in plan.triggered:
             events.append(Event(since(t.at), str(t.job_id), t.worker_id, None,
                                 "crash" if t.action in ("crash", "kill") else t.action, t.point))
+    return in_order(events)
+
+
+def in_order(events: list[Event]) -> list[Event]:
     return sorted(events, key=lambda e: (e.seconds, e.kind))

@@ -240,6 +240,17 @@ async def test_sync_standby_off_loses_what_the_primary_alone_acknowledged():
     assert on.measurements["slowest_refusal_seconds"] < 3 * DEFAULT_DB_TIMEOUT_SECONDS  # answered, not hung
     assert on.measurements["lost_jobs"] == 0 and counts(on) == [(1, 1, 1, 1)] * PARAMS.jobs
 
+    # The timeline tells the story: each answer in the api lane, the cut, the kill and the promotion in the
+    # database lane, in that order; off, the lost jobs' 202s fall between the cut and the kill.
+    for run, answers in ((off, ["acknowledged"] * 2 * PARAMS.jobs),
+                         (on, ["acknowledged"] * PARAMS.jobs + ["refused"] * PARAMS.jobs)):
+        lanes = {lane: [e for e in run.event_rows() if e["worker"] == lane] for lane in ("api", "database")}
+        assert [e["kind"] for e in lanes["database"]] == ["link_cut", "primary_killed", "promoted"]
+        assert [e["kind"] for e in lanes["api"]] == answers
+    cut, killed = (e["seconds"] for e in off.event_rows() if e["kind"] in ("link_cut", "primary_killed"))
+    lost = {r["job"] for r in off.rows() if r["status"] == LOST}
+    assert {e["job"] for e in off.event_rows() if e["kind"] == "acknowledged" and cut < e["seconds"] < killed} == lost
+
 
 async def test_semaphore_off_overloads_the_charge_service():
     """Starting everything due puts more in flight than the service takes; permits keep it within."""
