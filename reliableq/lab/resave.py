@@ -16,11 +16,13 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 from reliableq.lab.places import BENCH_RESULTS_VARIABLE, WORKSPACE_VARIABLE, reference_bench_results
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+KERNEL = "python3"
 CELL_TIMEOUT_SECONDS = 600
 
 
@@ -35,10 +37,19 @@ def without_live_widgets(notebook: nbformat.NotebookNode) -> nbformat.NotebookNo
     return notebook
 
 
+def kernelspec_as_jupyterlab_writes_it() -> dict[str, str]:
+    """The kernelspec metadata JupyterLab writes into a notebook once its kernel connects. A notebook saved
+    with any other (nbclient keeps whatever the file had: "Python 3" where ipykernel says "Python 3
+    (ipykernel)") is changed by opening it, and JupyterLab marks it modified before the learner did a thing."""
+    spec = KernelSpecManager().get_kernel_spec(KERNEL)
+    return {"display_name": spec.display_name, "language": spec.language, "name": KERNEL}
+
+
 def resave(path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=CELL_TIMEOUT_SECONDS, kernel_name="python3",
+    NotebookClient(notebook, timeout=CELL_TIMEOUT_SECONDS, kernel_name=KERNEL,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    notebook.metadata.kernelspec = kernelspec_as_jupyterlab_writes_it()
     nbformat.write(without_live_widgets(notebook), path)
 
 

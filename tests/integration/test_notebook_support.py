@@ -24,7 +24,7 @@ from reliableq.lab import notebook as nb
 from reliableq.lab import panels
 from reliableq.lab.experiment import Prediction, compare
 from reliableq.lab.places import WORKSPACE_VARIABLE
-from reliableq.lab.resave import without_live_widgets
+from reliableq.lab.resave import kernelspec_as_jupyterlab_writes_it, without_live_widgets
 from reliableq.lab.scenario import ScenarioParams
 from reliableq.lab.waiting import wait_until
 from reliableq.servers import free_port
@@ -156,6 +156,16 @@ def test_a_notebook_s_further_questions_hold_back_their_runs_too():
             assert held and all([(o["output_type"], "".join(o.get("data", {}).get("text/html", "")))
                                  for o in cell["outputs"]] == [("display_data", picture)] for cell in held)
     assert "02_commit_before_ack" in asked_anywhere
+
+
+def test_opening_a_notebook_changes_nothing_jupyterlab_would_mark_modified():
+    """JupyterLab writes the running kernel's kernelspec (and language) into a notebook as its kernel
+    connects; a notebook saved with another ("Python 3") is then modified before the learner did a thing,
+    and asks to be saved on close. Every notebook is saved with exactly what it would write."""
+    written = kernelspec_as_jupyterlab_writes_it()
+    assert written["display_name"] == "Python 3 (ipykernel)"  # ipykernel's own name for the kernel
+    stale = {path.stem: json.loads(path.read_text())["metadata"]["kernelspec"] for path in _notebooks()}
+    assert {stem: spec for stem, spec in stale.items() if spec != written} == {}
 
 
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
