@@ -19,9 +19,11 @@ from pydantic import BaseModel
 
 from reliableq.config import MAX_BATCH_BYTES, MAX_BATCH_JOBS, MAX_PAYLOAD_BYTES
 from reliableq.payload import (
+    DEFAULT_TENANT,
     MAX_ATTEMPTS_LIMIT,
     MAX_SUBMISSION_KEY_CHARS,
     STORABLE_TEXT_PATTERN,
+    TENANT_PATTERN,
     JobKinds,
     Validator,
     payload_schema,
@@ -118,6 +120,9 @@ SUBMISSION_KEY = {"type": "string", "minLength": 1, "maxLength": MAX_SUBMISSION_
                   "pattern": "^[\\x21-\\x7e]+$",
                   "description": "the client's idempotency key: the same key and body name one job, whatever "
                                  "the number of retries (another body: 409); held for the API's window"}
+TENANT = {"type": "string", "pattern": TENANT_PATTERN, "default": DEFAULT_TENANT,
+          "description": "whose work the job is: with the fairness mechanism, due jobs are claimed tenant by "
+                         "tenant in turn, so one tenant's backlog does not hold back another's job"}
 
 
 # Any JSON value PostgreSQL's jsonb stores (reliableq/payload.py's `storable`): text without NUL, keys too.
@@ -147,7 +152,7 @@ def kind_schema(kind: str, check: Validator, default: bool) -> dict[str, Any]:
         "title": kind_schema_name(kind),
         "properties": {"kind": kind_field, "max_attempts": {"type": "integer", "minimum": 1,
                                                             "maximum": MAX_ATTEMPTS_LIMIT},
-                       "submission_key": SUBMISSION_KEY} | payload.get("properties", {}),
+                       "submission_key": SUBMISSION_KEY, "tenant": TENANT} | payload.get("properties", {}),
         "required": ([] if default else ["kind"]) + payload.get("required", []),
     }
 

@@ -2,8 +2,9 @@
 check its kind registered for the rest.
 
 A submission is a JSON object: `kind` (left out, the API's default kind: `charge` for the stock API),
-`max_attempts` (optional attempt budget) and `submission_key` (optional: the client's idempotency key,
-the body's form of the `Idempotency-Key` header) belong to the queue; every other field is the kind's
+`max_attempts` (optional attempt budget), `submission_key` (optional: the client's idempotency key,
+the body's form of the `Idempotency-Key` header) and `tenant` (optional: whose work it is, for the fair
+claim; left out, the shared tenant `default`) belong to the queue; every other field is the kind's
 payload, checked by the check the API's builder gave for that kind (JobKinds; for `charge`:
 reliableq/charge/payload.py). Anything refused raises InvalidSubmission, with a message naming the
 field and why. A batch is `{"jobs": [<submission>, ...]}`, accepted only if every submission in it is;
@@ -25,6 +26,10 @@ MAX_ATTEMPTS_LIMIT = 100
 MAX_SUBMISSION_KEY_CHARS = 255
 # Visible ASCII: a key travels in an HTTP header, where anything else is mangled or refused on the way.
 _SUBMISSION_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_SUBMISSION_KEY_CHARS}}}")
+DEFAULT_TENANT = "default"  # the tenant of every job submitted without one
+MAX_TENANT_CHARS = 64
+# A tenant is a name an operator reads in listings and logs, and a client's own identifier for a customer.
+TENANT_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{MAX_TENANT_CHARS - 1}}}$"
 
 # A kind's payload check: returns the payload to store (defaults filled in), or raises ValueError with a
 # message for the client.
@@ -76,10 +81,13 @@ class Submission:
     kind: str = field(kw_only=True)
     # The client's idempotency key: one job per key (within the API's window), however often it is sent.
     key: str | None = None
+    tenant: str = field(default=DEFAULT_TENANT, kw_only=True)  # whose work it is: the fair claim takes turns
 
     def fingerprint(self) -> str:
-        """What a repeat with the same key must match: the job it asks for, not how its JSON was spelt."""
-        return json_sha256({"kind": self.kind, "max_attempts": self.max_attempts, "payload": self.payload})
+        """What a repeat with the same key must match: the job it asks for, not how its JSON was spelt. The
+        default tenant is left out, so a key's fingerprint from before tenants existed still matches."""
+        asked = {"kind": self.kind, "max_attempts": self.max_attempts, "payload": self.payload}
+        return json_sha256(asked if self.tenant == DEFAULT_TENANT else asked | {"tenant": self.tenant})
 
 
 def json_sha256(value: Any) -> str:
@@ -92,6 +100,14 @@ def submission_key(value: Any, name: str) -> str:
     if not isinstance(value, str) or not _SUBMISSION_KEY.fullmatch(value):
         raise InvalidSubmission(f"{name} must be 1 to {MAX_SUBMISSION_KEY_CHARS} visible ASCII characters "
                                 "(no spaces), such as a UUID")
+    return value
+
+
+def tenant_name(value: Any) -> str:
+    """`value` if it is a usable tenant; InvalidSubmission otherwise."""
+    if not isinstance(value, str) or not re.fullmatch(TENANT_PATTERN, value):
+        raise InvalidSubmission(f"tenant must be 1 to {MAX_TENANT_CHARS} letters, digits and . _ : @ - , starting "
+                                "with a letter or digit, such as \"acme-corp\"")
     return value
 
 
@@ -122,6 +138,7 @@ def parse_submission(data: Any, kinds: JobKinds) -> Submission:
     if kind not in kinds.checks:
         raise InvalidSubmission(f"kind: unknown job kind {kind[:40]!r}; known: {', '.join(sorted(kinds.checks))}")
     key = submission_key(fields.pop("submission_key"), "submission_key") if "submission_key" in fields else None
+    tenant = tenant_name(fields.pop("tenant")) if "tenant" in fields else DEFAULT_TENANT
     max_attempts = DEFAULT_MAX_ATTEMPTS
     if "max_attempts" in fields:
         max_attempts = positive_int(fields.pop("max_attempts"), "max_attempts", MAX_ATTEMPTS_LIMIT)
@@ -131,7 +148,7 @@ def parse_submission(data: Any, kinds: JobKinds) -> Submission:
         raise
     except ValueError as error:  # a registered check speaks to the client through ValueError
         raise InvalidSubmission(str(error)) from None
-    return Submission(payload=storable(payload), max_attempts=max_attempts, kind=kind, key=key)
+    return Submission(payload=storable(payload), max_attempts=max_attempts, kind=kind, key=key, tenant=tenant)
 
 
 def storable(payload: Any) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class Job:
     updated_at: datetime
     finalized_at: datetime | None
     kind: str
+    tenant: str
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
@@ -144,6 +145,7 @@ class Queue:
             "kind": submission.kind,
             "payload": Jsonb(submission.payload),
             "max_attempts": submission.max_attempts,
+            "tenant": submission.tenant,
         })
         return Job.from_row(rows[0])
 
@@ -162,6 +164,7 @@ class Queue:
             "kinds": [s.kind for s in submissions],
             "payloads": [Jsonb(s.payload) for s in submissions],
             "max_attempts": [s.max_attempts for s in submissions],
+            "tenants": [s.tenant for s in submissions],
         })
         return [Job.from_row(row) for row in rows]
 
@@ -180,6 +183,7 @@ class Queue:
                     "kinds": [s.kind for s in submissions],
                     "payloads": [Jsonb(s.payload) for s in submissions],
                     "max_attempts": [s.max_attempts for s in submissions],
+                    "tenants": [s.tenant for s in submissions],
                     "keys": [s.key for s in submissions],
                     "fingerprints": [s.key and s.fingerprint() for s in submissions],
                     "window_seconds": window_seconds,

@@ -6,8 +6,8 @@
 -- name: job_insert
 -- Store one submitted job and its `submitted` event; returns the job.
 WITH inserted AS (
-    INSERT INTO jobs (id, kind, payload, max_attempts)
-    VALUES (%(job_id)s, %(kind)s, %(payload)s, %(max_attempts)s)
+    INSERT INTO jobs (id, kind, payload, max_attempts, tenant)
+    VALUES (%(job_id)s, %(kind)s, %(payload)s, %(max_attempts)s, %(tenant)s)
     RETURNING *
 ), event AS (
     INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
@@ -16,15 +16,15 @@ SELECT * FROM inserted;
 
 -- name: job_insert_batch
 -- Store many submitted jobs and their `submitted` events in one statement (so one commit, and all or
--- nothing), from parallel arrays of ids, kinds, payloads and attempt budgets; returns the jobs in input
--- order.
+-- nothing), from parallel arrays of ids, kinds, payloads, attempt budgets and tenants; returns the jobs in
+-- input order.
 WITH submitted AS (
     SELECT * FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::jsonb[],
-                         %(max_attempts)s::integer[])
-                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, position)
+                         %(max_attempts)s::integer[], %(tenants)s::text[])
+                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, position)
 ), inserted AS (
-    INSERT INTO jobs (id, kind, payload, max_attempts)
-    SELECT id, kind, payload, max_attempts FROM submitted ORDER BY position
+    INSERT INTO jobs (id, kind, payload, max_attempts, tenant)
+    SELECT id, kind, payload, max_attempts, tenant FROM submitted ORDER BY position
     RETURNING *
 ), event AS (
     INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
@@ -39,8 +39,9 @@ SELECT inserted.* FROM inserted JOIN submitted USING (id) ORDER BY submitted.pos
 -- commit and finds the key held. Returns, per input position, whether its job was stored.
 WITH submitted AS (
     SELECT * FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::jsonb[],
-                         %(max_attempts)s::integer[], %(keys)s::text[], %(fingerprints)s::text[])
-                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, key, fingerprint, position)
+                         %(max_attempts)s::integer[], %(tenants)s::text[], %(keys)s::text[],
+                         %(fingerprints)s::text[])
+                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, key, fingerprint, position)
 ), keyed AS (
     INSERT INTO job_submission_keys AS held (key, job_id, fingerprint)
     -- In key order: two statements holding the same keys lock them in one order, so neither deadlocks.
@@ -50,8 +51,8 @@ WITH submitted AS (
         WHERE held.created_at < now() - make_interval(secs => %(window_seconds)s)
     RETURNING job_id
 ), inserted AS (
-    INSERT INTO jobs (id, kind, payload, max_attempts)
-    SELECT id, kind, payload, max_attempts FROM submitted
+    INSERT INTO jobs (id, kind, payload, max_attempts, tenant)
+    SELECT id, kind, payload, max_attempts, tenant FROM submitted
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     ORDER BY position
     RETURNING id

@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--currency", help="a charge's currency (default USD)")
     p.add_argument("--description")
     p.add_argument("--max-attempts", type=positive_int)
+    p.add_argument("--tenant", help="whose work it is: the fair claim takes due jobs tenant by tenant in turn "
+                                    "(default: the shared tenant 'default')")
     p.add_argument("--api-url", help="submit through this API instead of the database")
     p.add_argument("--token", help="with --api-url: the API's bearer token (default: RELIABLEQ_API_TOKEN)")
     p.set_defaults(run=cmd_submit)

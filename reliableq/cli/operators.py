@@ -20,7 +20,7 @@ from reliableq.payload import parse_submission
 def cmd_submit(args: argparse.Namespace) -> int:
     # Only what was given: the kind's own check says what is missing or does not belong.
     given = {"kind": args.kind, "amount_cents": args.amount, "currency": args.currency,
-             "description": args.description, "max_attempts": args.max_attempts}
+             "description": args.description, "max_attempts": args.max_attempts, "tenant": args.tenant}
     body: dict[str, Any] = {field: value for field, value in given.items() if value is not None}
     submission = parse_submission(body, STANDARD_KINDS)
     if args.api_url:

@@ -19,7 +19,8 @@ def job_of_kind(kind: str, payload: dict | None = None, attempts: int = 1) -> Jo
     job_id = uuid.uuid4()
     return Job(id=job_id, payload=payload or {}, status="RUNNING", attempts=attempts, max_attempts=5, run_at=now,
                lease_token=uuid.uuid4(), lease_expires_at=now, worker_id="w", last_error=None,
-               idempotency_key=f"key:{job_id}", created_at=now, updated_at=now, finalized_at=None, kind=kind)
+               idempotency_key=f"key:{job_id}", created_at=now, updated_at=now, finalized_at=None, kind=kind,
+               tenant="default")
 
 
 def positive_n(payload: dict) -> dict:
