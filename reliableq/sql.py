@@ -8,9 +8,11 @@ means one made by any commit's script: migration 1 (the schema when numbering be
 migration 2 (what such a database lacks) bring it to what a fresh database gets.
 
 A query file is a sequence of blocks, each opening with `-- name: <query_name>` and a one-line comment
-saying what it does, parsed here into a dict. The core's queries are in `queue.sql` and `charge.sql`;
-those only the lab runs (ledger, timelines, invariant checks) in `lab_queue.sql` and `lab_charge.sql`,
-over the same tables; the benchmark's in `bench*.sql` and `peers.sql`.
+saying what it does, parsed here into a dict. A block opened by `-- fragment: <name>` is no query: its
+lines stand wherever a block says `-- include: <name>` (what two queries share, written once). The
+core's queries are in `queue.sql` and `charge.sql`; those only the lab runs (ledger, timelines,
+invariant checks) in `lab_queue.sql` and `lab_charge.sql`, over the same tables; the benchmark's in
+`bench*.sql` and `peers.sql`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 SQL_DIR = next(p for p in (_PACKAGE_DIR / "sql", _PACKAGE_DIR.parent / "sql") if p.is_dir())
 
 _NAME_MARKER = "-- name:"
+_FRAGMENT_MARKER = "-- fragment:"
+_INCLUDE_MARKER = "-- include:"
 _MIGRATION_FILE = re.compile(r"^(?P<number>[0-9]{4})_[a-z0-9_]+\.sql$")
 
 
@@ -71,19 +75,34 @@ def queries(database: str) -> dict[str, str]:
 
 
 def parse_named(text: str, source: str) -> dict[str, str]:
-    """Name -> SQL of the named blocks in `text`; `source` names the text in errors."""
-    named: dict[str, str] = {}
-    name = None
-    lines: list[str] = []
+    """Name -> SQL of the named blocks in `text`, each fragment it includes in place; `source` names the
+    text in errors."""
+    queries: dict[str, list[str]] = {}
+    fragments: dict[str, list[str]] = {}
+    block: list[str] | None = None
     for line in text.splitlines():
-        if line.startswith(_NAME_MARKER):
-            if name:
-                named[name] = "\n".join(lines).strip()
-            name, lines = line[len(_NAME_MARKER):].strip(), []
-            if name in named:
-                raise ValueError(f"query {name!r} is defined twice in {source}")
-        elif name is not None and not line.startswith("--"):
-            lines.append(line)
-    if name:
-        named[name] = "\n".join(lines).strip()
-    return named
+        opened = next(((marker, blocks) for marker, blocks in ((_NAME_MARKER, queries), (_FRAGMENT_MARKER, fragments))
+                       if line.startswith(marker)), None)
+        if opened is not None:
+            marker, blocks = opened
+            name = line[len(marker):].strip()
+            if name in blocks:
+                what = "query" if blocks is queries else "fragment"
+                raise ValueError(f"{what} {name!r} is defined twice in {source}")
+            block = blocks[name] = []
+        elif block is not None and (line.startswith(_INCLUDE_MARKER) or not line.startswith("--")):
+            block.append(line)
+
+    def expanded(lines: list[str], through: tuple[str, ...] = ()) -> list[str]:
+        out: list[str] = []
+        for line in lines:
+            if not line.startswith(_INCLUDE_MARKER):
+                out.append(line)
+                continue
+            name = line[len(_INCLUDE_MARKER):].strip()
+            if name not in fragments or name in through:
+                raise ValueError(f"{source}: no fragment named {name!r} to include" if name not in fragments
+                                 else f"{source}: fragment {name!r} includes itself")
+            out += expanded(fragments[name], (*through, name))
+        return out
+    return {name: "\n".join(expanded(lines)).strip() for name, lines in queries.items()}

@@ -118,6 +118,12 @@ WITH due AS (
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+-- include: take_the_due_jobs
+
+-- fragment: take_the_due_jobs
+-- What a claim does with the jobs it locked (`due`: id, status, lease_token): closes the attempt of each
+-- whose lease ran out, takes each (RUNNING, one more attempt, a fresh lease token, an expiry from
+-- PostgreSQL's clock) and opens its attempt. The end of job_claim_due_skip_locked and job_claim_due_fair.
 ), expired AS (
     UPDATE job_attempts AS a
     SET outcome = 'expired', finished_at = coalesce(%(now)s::timestamptz, now())
@@ -141,6 +147,69 @@ WITH due AS (
     SELECT id, attempts, worker_id, lease_token, updated_at, lease_expires_at FROM claimed
 )
 SELECT * FROM claimed ORDER BY run_at, id;
+
+-- name: job_claim_due_fair
+-- Due jobs taken tenant by tenant in turn (the fairness mechanism): every tenant with due work is offered
+-- its oldest due job before any is offered a second, and each claim starts its round one tenant further
+-- on (a sequence numbers the claims, so none waits for another to take its turn). So a tenant's backlog
+-- cannot hold back another tenant's job: a claim of L jobs reaches any waiting tenant within K claims
+-- (K tenants with due work), however long the queues. Work-conserving: slots no other tenant can fill
+-- go to the tenants with more due. Leases that ran out are taken first, as in job_claim_due_skip_locked;
+-- still one statement, locked rows skipped, leased and fenced alike.
+WITH RECURSIVE waiting AS (
+    -- The tenants with a due job, found by stepping from one tenant to the next in
+    -- jobs_pending_tenant_run_at: one probe per tenant, never a scan of anyone's backlog.
+    (SELECT tenant FROM jobs
+     WHERE status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now())
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT later.tenant FROM jobs AS later
+            WHERE later.status = 'PENDING' AND later.run_at <= coalesce(%(now)s::timestamptz, now())
+              AND later.tenant > waiting.tenant
+            ORDER BY later.tenant LIMIT 1)
+    FROM waiting WHERE waiting.tenant IS NOT NULL
+), turn AS MATERIALIZED (
+    SELECT nextval('job_claim_turns') AS number
+), lined_up AS (
+    SELECT tenant, row_number() OVER (ORDER BY tenant) - 1 AS position, count(*) OVER () AS tenants
+    FROM waiting WHERE tenant IS NOT NULL
+), served AS (
+    -- This claim's round: from the turn's place among the waiting tenants, once round, as far as it fits.
+    SELECT tenant, (position - turn.number %% tenants + tenants) %% tenants AS place
+    FROM lined_up, turn
+    ORDER BY place
+    LIMIT %(limit)s
+), candidates AS (
+    -- Read, not locked: each served tenant's oldest due jobs, ranked within the tenant, and leases that ran
+    -- out (owed first, as in job_claim_due_skip_locked). Only the jobs `due` takes are locked.
+    SELECT pick.id, served.place,
+           row_number() OVER (PARTITION BY served.tenant ORDER BY pick.run_at, pick.id) AS nth
+    FROM served CROSS JOIN LATERAL (
+        SELECT id, run_at FROM jobs
+        WHERE jobs.tenant = served.tenant AND jobs.status = 'PENDING'
+          AND jobs.run_at <= coalesce(%(now)s::timestamptz, now())
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+    ) AS pick
+    UNION ALL
+    (SELECT id, 0, 0 FROM jobs
+     WHERE %(reclaim_expired)s AND status = 'RUNNING'
+       AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+       AND (NOT %(enforce_budget)s OR attempts < max_attempts)
+     ORDER BY lease_expires_at, id
+     LIMIT %(limit)s)
+), due AS (
+    -- Each tenant's first before anyone's second, in the round's order; a job another claim holds is
+    -- skipped, and one taken since this statement began no longer matches (PostgreSQL reads it again).
+    SELECT jobs.id, jobs.status, jobs.lease_token FROM jobs JOIN candidates USING (id)
+    WHERE (jobs.status = 'PENDING' AND jobs.run_at <= coalesce(%(now)s::timestamptz, now()))
+       OR (%(reclaim_expired)s AND jobs.status = 'RUNNING'
+           AND jobs.lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+           AND (NOT %(enforce_budget)s OR jobs.attempts < jobs.max_attempts))
+    ORDER BY candidates.nth, candidates.place
+    LIMIT %(limit)s
+    FOR UPDATE OF jobs SKIP LOCKED
+-- include: take_the_due_jobs
 
 -- name: job_dead_expired_exhausted
 -- Jobs whose lease ran out on their final attempt become DEAD instead of being claimed again.

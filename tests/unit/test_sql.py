@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from reliableq import sql
@@ -48,3 +50,27 @@ def test_a_misnamed_or_missing_migration_is_refused(tmp_path):
     (tmp_path / "0003_third.sql").rename(tmp_path / "2_second.sql")
     with pytest.raises(ValueError, match="2_second.sql is not named NNNN_<what>.sql"):
         sql.migrations_in(tmp_path)
+
+
+def test_a_fragment_stands_where_a_query_includes_it_and_is_no_query_itself():
+    text = ("-- name: first\n-- one\nWITH a AS (\n    SELECT 1\n-- include: tail\n\n"
+            "-- fragment: tail\n-- what both end with\n)\nSELECT * FROM a;\n\n"
+            "-- name: second\nWITH a AS (\n    SELECT 2\n-- include: tail\n")
+    assert sql.parse_named(text, "t.sql") == {"first": "WITH a AS (\n    SELECT 1\n)\nSELECT * FROM a;",
+                                              "second": "WITH a AS (\n    SELECT 2\n)\nSELECT * FROM a;"}
+
+
+@pytest.mark.parametrize("text, said", [
+    ("-- name: q\nSELECT 1\n-- include: missing\n", "t.sql: no fragment named 'missing' to include"),
+    ("-- name: q\n-- include: loop\n-- fragment: loop\n-- include: loop\n", "t.sql: fragment 'loop' includes itself"),
+    ("-- fragment: f\nSELECT 1\n-- fragment: f\nSELECT 2\n", "fragment 'f' is defined twice in t.sql"),
+])
+def test_a_fragment_that_cannot_be_included_is_named(text, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        sql.parse_named(text, "t.sql")
+
+
+def test_both_claims_end_with_the_one_taking_of_the_due_jobs():
+    queue = sql.queries("queue")
+    tail = queue["job_claim_due_skip_locked"][queue["job_claim_due_skip_locked"].index("), expired AS ("):]
+    assert queue["job_claim_due_fair"].endswith(tail)
