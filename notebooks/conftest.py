@@ -1,5 +1,5 @@
 """nbval runs these notebooks in kernels that inherit this environment: their exercise panels write the
-starters into a workspace of the test run's own, never the developer's, and notebook 12 shows the benchmark
+starters into a workspace of the test run's own, never the developer's, and notebook 13 shows the benchmark
 results shipped with it, as it was saved, whatever the developer's own last run (reliableq/lab/places.py)."""
 
 import os

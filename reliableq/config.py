@@ -26,6 +26,9 @@ class Mechanisms:
     # off: the API's commits do not wait for a synchronous standby (synchronous_commit = local), so a
     # job is acknowledged once the primary alone has it. Without a synchronous standby it changes nothing.
     sync_standby: bool = True
+    # off: the claim takes the oldest due jobs whoever they are for (first in, first out), so one tenant's
+    # backlog holds back every other tenant's job. On: tenant by tenant in turn (with skip_locked).
+    fairness: bool = True
 
     @classmethod
     def names(cls) -> list[str]:

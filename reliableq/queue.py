@@ -215,7 +215,8 @@ class Queue:
 
         Due: PENDING with run_at <= now, or (with leases) RUNNING with an expired lease. With
         skip_locked, one transaction locks the rows it takes and skips rows others hold. Without
-        it, a plain read is followed by a separate update: two claimers can take the same job.
+        it, a plain read is followed by a separate update: two claimers can take the same job. With
+        fairness too, the due jobs are taken tenant by tenant in turn, else oldest first.
 
         `fleet_limit`: at most this many jobs RUNNING under a live lease across every worker; claims
         are serialised by an advisory lock while they count, and a claim that finds the lock taken claims
@@ -223,6 +224,8 @@ class Queue:
         if limit <= 0:
             return []
         m = self.mechanisms
+        # One statement either way; fairness changes only which due jobs it takes.
+        claim_query = "job_claim_due_fair" if m.fairness else "job_claim_due_skip_locked"
         params = {
             "now": now,
             "limit": limit,
@@ -253,13 +256,13 @@ class Queue:
                     slots = await cur.fetchone()
                     if slots["free"] == 0:
                         return []
-                    await cur.execute(self.queries["job_claim_due_skip_locked"],
+                    await cur.execute(self.queries[claim_query],
                                       {**params, "limit": min(limit, slots["free"]), "now": slots["at"]})
                     rows = await cur.fetchall()
             elif m.skip_locked:
                 # One statement (select-for-update and mark, as CTEs): one round trip instead of four
                 # (BEGIN, select, update, COMMIT) with the same locks; `reliableq bench` measured the difference.
-                await cur.execute(self.queries["job_claim_due_skip_locked"], params)
+                await cur.execute(self.queries[claim_query], params)
                 rows = await cur.fetchall()
             else:
                 # Two statements, each committed on its own (the pool's connections autocommit).

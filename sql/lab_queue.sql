@@ -115,3 +115,10 @@ FROM jobs GROUP BY 1;
 -- name: submission_keys_count
 -- How many client idempotency keys the queue holds.
 SELECT count(*) AS keys_held FROM job_submission_keys;
+
+-- name: job_first_claims
+-- Each job's first claim, in the order the claims were taken: whose job it was, when it was stored, when
+-- claimed (the jobs one claim took share its claimed_at).
+SELECT jobs.id AS job_id, jobs.tenant, jobs.created_at, a.claimed_at
+FROM jobs JOIN job_attempts AS a ON a.job_id = jobs.id AND a.attempt = 1
+ORDER BY a.claimed_at, a.id;

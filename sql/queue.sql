@@ -179,36 +179,37 @@ WITH RECURSIVE waiting AS (
     FROM lined_up, turn
     ORDER BY place
     LIMIT %(limit)s
-), candidates AS (
-    -- Read, not locked: each served tenant's oldest due jobs, ranked within the tenant, and leases that ran
-    -- out (owed first, as in job_claim_due_skip_locked). Only the jobs `due` takes are locked.
-    SELECT pick.id, served.place,
+), offered AS (
+    -- Each served tenant's oldest due jobs, locked, locked ones skipped: a claim racing this one takes the
+    -- next of the same tenant's. Those past this claim's share stay locked only until it commits.
+    SELECT pick.id, pick.status, pick.lease_token, served.place,
            row_number() OVER (PARTITION BY served.tenant ORDER BY pick.run_at, pick.id) AS nth
     FROM served CROSS JOIN LATERAL (
-        SELECT id, run_at FROM jobs
+        SELECT id, status, lease_token, run_at FROM jobs
         WHERE jobs.tenant = served.tenant AND jobs.status = 'PENDING'
           AND jobs.run_at <= coalesce(%(now)s::timestamptz, now())
         ORDER BY run_at, id
         LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
     ) AS pick
-    UNION ALL
-    (SELECT id, 0, 0 FROM jobs
-     WHERE %(reclaim_expired)s AND status = 'RUNNING'
-       AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
-       AND (NOT %(enforce_budget)s OR attempts < max_attempts)
-     ORDER BY lease_expires_at, id
-     LIMIT %(limit)s)
-), due AS (
-    -- Each tenant's first before anyone's second, in the round's order; a job another claim holds is
-    -- skipped, and one taken since this statement began no longer matches (PostgreSQL reads it again).
-    SELECT jobs.id, jobs.status, jobs.lease_token FROM jobs JOIN candidates USING (id)
-    WHERE (jobs.status = 'PENDING' AND jobs.run_at <= coalesce(%(now)s::timestamptz, now()))
-       OR (%(reclaim_expired)s AND jobs.status = 'RUNNING'
-           AND jobs.lease_expires_at <= coalesce(%(now)s::timestamptz, now())
-           AND (NOT %(enforce_budget)s OR jobs.attempts < jobs.max_attempts))
-    ORDER BY candidates.nth, candidates.place
+), lapsed AS (
+    -- Leases that ran out, owed first (as in job_claim_due_skip_locked).
+    SELECT id, status, lease_token FROM jobs
+    WHERE %(reclaim_expired)s AND status = 'RUNNING'
+      AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+      AND (NOT %(enforce_budget)s OR attempts < max_attempts)
+    ORDER BY lease_expires_at, id
     LIMIT %(limit)s
-    FOR UPDATE OF jobs SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    -- Each tenant's first before anyone's second, in the round's order.
+    SELECT id, status, lease_token FROM (
+        SELECT id, status, lease_token, 0 AS nth, 0 AS place FROM lapsed
+        UNION ALL
+        SELECT id, status, lease_token, nth, place FROM offered
+    ) AS candidates
+    ORDER BY nth, place
+    LIMIT %(limit)s
 -- include: take_the_due_jobs
 
 -- name: job_dead_expired_exhausted

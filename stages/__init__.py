@@ -25,10 +25,11 @@ from . import (
     s08_dead,
     s09_semaphore,
     s10_sync_standby,
+    s11_fairness,
 )
 
 STAGES: list[Stage] = [s01_naive, s02_commit_before_ack, s03_skip_locked, s04_leases, s05_fencing,
-                           s06_idempotency, s07_backoff, s08_dead, s09_semaphore, s10_sync_standby]
+                           s06_idempotency, s07_backoff, s08_dead, s09_semaphore, s10_sync_standby, s11_fairness]
 BY_NAME: dict[str, Stage] = index_stages(STAGES)
 
 

@@ -14,7 +14,7 @@
     baselines   what bounds our figures: pgbench on the queue's own statements, and the peers
     peers       pgqueuer and procrastinate doing the same work, each in its own process: run, checked, timed
     peer_runners  each queue's adapter for those runs (pgqueuer, procrastinate, ours for pickup)
-    report      the result files: results.json, CSV, charts and report.md; the reference notebook 12 ships
+    report      the result files: results.json, CSV, charts and report.md; the reference notebook 13 ships
     tables      the report's rows: like beside like only (KINDS), pickup latency, what each mechanism costs
     charts      the report's charts (PNG)
     markdown    report.md's text

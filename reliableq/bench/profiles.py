@@ -56,7 +56,7 @@ PROFILES = {
                     semaphore_permits=2, semaphore_latency_seconds=0.05, pgbench_seconds=0.5, mechanism_jobs=20,
                     mechanism_processes=(2, 2), pickup_jobs=3, standby_jobs=20,
                     settle_seconds=60),
-    # 4-5 minutes on this project's two cores while others' tests ran (3 min 58 s for the reference notebook 12
+    # 4-5 minutes on this project's two cores while others' tests ran (3 min 58 s for the reference notebook 13
     # ships; 11 min 11 s before these sizes, 209 s of it pgqueuer's 1 s pickup times 200 jobs and 90 s
     # retention). Fewer points than full, each of them one of full's; retention is left to full, whose
     # million-job history is what makes its point.

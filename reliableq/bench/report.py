@@ -1,5 +1,5 @@
 """The benchmark's files: results.json, runs.csv, baselines.csv, charts (PNG) and report.md; the reference
-notebook 12 ships; results/bench/latest.
+notebook 13 ships; results/bench/latest.
 
 What goes into them: the tables (`reliableq.bench.tables`: like beside like only), the charts
 (`reliableq.bench.charts`) and report.md's text (`reliableq.bench.markdown`). Failed runs are listed with
@@ -41,13 +41,13 @@ def write(result: BenchResult, out_dir: Path) -> list[Path]:
     return written
 
 
-# What notebook 12 reads of a results folder (reliableq/lab/notebook.py): these keys of results.json, and
+# What notebook 13 reads of a results folder (reliableq/lab/notebook.py): these keys of results.json, and
 # the charts. The reference shipped with the notebooks holds only these, so it stays small.
 REFERENCE_KEYS = ("profile", "seed", "started_at", "seconds", "environment", "ratios", "mechanism_costs")
 
 
 def write_reference(out_dir: Path, reference_dir: Path) -> list[Path]:
-    """Copy what notebook 12 shows of the results in `out_dir` into `reference_dir`, replacing whatever
+    """Copy what notebook 13 shows of the results in `out_dir` into `reference_dir`, replacing whatever
     was there (so no chart of an older run stays beside a newer one); returns the files written."""
     results = json.loads((out_dir / "results.json").read_text())
     if reference_dir.exists():

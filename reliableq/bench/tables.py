@@ -154,7 +154,7 @@ def charged_rows(result: BenchResult) -> list[dict[str, Any]]:
 
 
 def mechanism_costs(result: BenchResult) -> dict[str, Any] | None:
-    """The mechanisms scenario as notebook 12 charts it (None when it did not run): per point, the mean
+    """The mechanisms scenario as notebook 13 charts it (None when it did not run): per point, the mean
     jobs/s of its passing runs and its ratio to the mean of the all-on runs, how often each job was
     claimed, which checks its gate waives (and why), how many jobs broke each waived check, and which
     checks it failed; the all-on runs' own rates (their spread is how far this machine drifted and stalled

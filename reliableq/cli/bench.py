@@ -29,5 +29,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
           f"{shown(out / 'report.md')}")
     if args.reference:
         written = write_reference(out, reference_bench_results())
-        print(f"reference for notebook 12: {len(written)} files in {shown(written[0].parent)}")
+        print(f"reference for notebook 13: {len(written)} files in {shown(written[0].parent)}")
     return 1 if failed else 0

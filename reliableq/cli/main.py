@@ -249,14 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quick (default): about 4-5 minutes on 2 cores, retention left to full; full: larger "
                         "sizes, every point 3 times; tiny: seconds, for tests")
     p.add_argument("--out", help="results folder (default: results/bench/<timestamp> in the clone, whatever the "
-                                 "current folder, linked as results/bench/latest, which notebook 12 shows)")
+                                 "current folder, linked as results/bench/latest, which notebook 13 shows)")
     p.add_argument("--scenarios", help="comma-separated subset: " + ",".join(SCENARIOS))
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (failure draws, jitter)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--note", default="", help="a line kept with the machine's description in the results, e.g. "
                                               "what else ran on it")
     p.add_argument("--reference", action="store_true",
-                   help="also copy what notebook 12 shows (results.json cut down, the charts) into "
+                   help="also copy what notebook 13 shows (results.json cut down, the charts) into "
                         "notebooks/bench_reference/, the results shipped for a fresh clone")
     p.set_defaults(run=cmd_bench)
     parser.set_defaults(log_level=None, log_format="text")

@@ -28,7 +28,7 @@ from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.ledger import JobCounts
 from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult, job_labels
-from reliableq.payload import Submission
+from reliableq.payload import DEFAULT_TENANT, Submission
 from reliableq.worker import Worker
 
 _LAB_Q = sql.queries("lab_queue")
@@ -138,13 +138,16 @@ class Experiment:
     def worker(self, worker_id: str, faults: FaultPlan | None = None, **overrides: Any) -> Worker:
         return self.system.worker(self.settings(worker_id, **overrides), faults)
 
-    async def submit(self, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[uuid.UUID]:
-        """Insert `params.jobs` jobs straight into the queue, with ids derived from the seed so that
-        the charge service's seeded draws and the backoff jitter repeat run after run."""
-        ids = []
-        for i in range(self.params.jobs):
+    async def submit(self, max_attempts: int = DEFAULT_MAX_ATTEMPTS, jobs: int | None = None,
+                     tenant: str = DEFAULT_TENANT) -> list[uuid.UUID]:
+        """Insert `jobs` jobs (default `params.jobs`) of `tenant` straight into the queue, one commit each (so
+        each is due a moment after the one before), with ids derived from the seed so that the charge
+        service's seeded draws and the backoff jitter repeat run after run."""
+        first, ids = len(self.submitted), []
+        for i in range(first, first + (self.params.jobs if jobs is None else jobs)):
             job_id = uuid.uuid5(_JOB_NAMESPACE, f"{self.stage}/{self.params.seed}/{i}")
-            submission = Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts, kind="charge")
+            submission = Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts, kind="charge",
+                                    tenant=tenant)
             await self.system.submit_direct(submission, job_id)
             ids.append(job_id)
         self._submitted(ids)

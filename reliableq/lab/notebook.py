@@ -224,7 +224,7 @@ def checks_table(report: ChaosReport) -> pd.DataFrame:
 
 
 def latest_bench(folder: Path | None = None) -> dict[str, Any] | None:
-    """The benchmark results notebook 12 shows: results.json of `folder`, by default the learner's newest
+    """The benchmark results notebook 13 shows: results.json of `folder`, by default the learner's newest
     run, else the reference shipped with the notebooks (reliableq.lab.places.bench_results), with the
     folder it came from; None when that folder holds no results."""
     folder = folder or places.bench_results()

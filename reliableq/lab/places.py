@@ -6,7 +6,7 @@ all use the folder `RELIABLEQ_WORKSPACE` names, else the `workspace/` folder of 
 copies of the notebooks (JupyterLab serves it, so saving a notebook never changes the clone), their
 exercise files, backups and progress, and a `.gitignore` that keeps it all out of the repository.
 
-Benchmark results, for notebook 12: the learner's newest run (`results/bench/latest` in the clone), else
+Benchmark results, for notebook 13: the learner's newest run (`results/bench/latest` in the clone), else
 the reference results shipped in `notebooks/bench_reference/`; `RELIABLEQ_BENCH_RESULTS` names another.
 """
 
@@ -49,7 +49,7 @@ def bench_runs(clone: Path = _CLONE) -> Path:
 
 
 def bench_results(clone: Path = _CLONE) -> Path:
-    """The results folder notebook 12 shows (see the module's docstring); it may hold no results."""
+    """The results folder notebook 13 shows (see the module's docstring); it may hold no results."""
     configured = os.environ.get(BENCH_RESULTS_VARIABLE)
     if configured:
         return Path(configured).expanduser().resolve()

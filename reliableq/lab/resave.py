@@ -60,7 +60,7 @@ def main(paths: list[str]) -> int:
     # The kernels (which inherit this environment) write the exercise starters into a workspace of their
     # own, and the saved progress lines show a learner who has not begun, whatever the developer's is.
     os.environ[WORKSPACE_VARIABLE] = tempfile.mkdtemp(prefix="reliableq-resave-workspace-")
-    # Notebook 12 is saved showing the benchmark results shipped with it, never the developer's own run.
+    # Notebook 13 is saved showing the benchmark results shipped with it, never the developer's own run.
     os.environ[BENCH_RESULTS_VARIABLE] = str(reference_bench_results())
     for name in paths:
         resave(Path(name))

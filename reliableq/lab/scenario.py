@@ -35,6 +35,7 @@ MECHANISM_FIXES = {
     "idempotency": "makes the charge idempotent",
     "dead": "stops a failing job as DEAD",
     "sync_standby": "acknowledges a job only once the standby has it",
+    "fairness": "claims due jobs tenant by tenant in turn",
 }
 
 

@@ -1,4 +1,4 @@
-"""What notebook 12 shows of the benchmark, with no database: the learner's own newest run, else the
+"""What notebook 13 shows of the benchmark, with no database: the learner's own newest run, else the
 reference shipped with the notebooks (labelled with its machine and date); the mechanism-cost chart; and
 the shipped reference itself, read from the repository so it cannot drift from what the notebook needs."""
 
@@ -143,7 +143,7 @@ def test_a_reference_holds_only_what_the_notebook_reads_and_no_older_chart(tmp_p
 
 
 def test_the_shipped_reference_is_labelled_and_prices_every_costed_mechanism():
-    """notebooks/bench_reference, as a fresh clone has it: what notebook 12 shows before a learner runs
+    """notebooks/bench_reference, as a fresh clone has it: what notebook 13 shows before a learner runs
     anything. It names its machine and date, and its mechanism costs cover every costed switch."""
     results = nb.latest_bench(places.reference_bench_results(CLONE))
     assert results["reference"] and results["profile"] == "quick"

@@ -37,7 +37,7 @@ def test_start_here_runs_every_cell_without_an_error(open_notebook):
 def test_chaos_runs_every_cell_and_its_panel_shows_only_the_run_with_the_last_choice(open_notebook):
     """After Run All, two runs of the chaos panel with different mechanisms switched off: the second report
     replaces the first, and it is the run of the mechanism chosen last."""
-    notebook = open_notebook("11_chaos.ipynb")
+    notebook = open_notebook("12_chaos.ipynb")
     notebook.run_all_cells(timeout_seconds=240)
     panel = notebook.code_cell("ChaosPanel(")
     run = panel.get_by_role("button", name="Run chaos")
@@ -54,7 +54,7 @@ def test_chaos_runs_every_cell_and_its_panel_shows_only_the_run_with_the_last_ch
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("notebook_path, panels", [("00_start_here.ipynb", 0), ("05_fencing.ipynb", 2),
-                                                   ("11_chaos.ipynb", 1)])
+                                                   ("12_chaos.ipynb", 1)])
 def test_a_notebook_opened_before_it_is_run_shows_pictures_not_dead_widgets(open_notebook, notebook_path, panels):
     """Before any cell runs, every panel and prediction is a static picture saying what to do; there is
     no widget view to draw disconnected, and nothing says 'Error displaying widget'."""

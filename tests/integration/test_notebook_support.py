@@ -87,7 +87,7 @@ def test_self_check_says_whether_the_prediction_was_right():
 def test_predictions_live_with_their_stage_not_in_the_notebook():
     """Each stage notebook asks its stage's question, and nothing a learner reads before answering (the
     cells up to the question) spells out the answer."""
-    for stage, path in zip(reliableq_stages.STAGES, _notebooks()[1:11], strict=True):
+    for stage, path in zip(reliableq_stages.STAGES, _notebooks()[1:12], strict=True):
         sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
         asked = sources.index(ASKED)
         assert not [source for source in sources[:asked + 1] if stage.PREDICTION.answer in source], path.stem
@@ -103,7 +103,7 @@ ASKED = "prediction = panels.SelfCheck(stage.PREDICTION)\nprediction"
 HELD = "with prediction.hidden_until_answered():\n"
 
 
-@pytest.mark.parametrize("path", _notebooks()[1:11], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", _notebooks()[1:12], ids=lambda p: p.stem)
 def test_a_saved_stage_notebook_shows_nothing_of_the_runs_before_its_prediction_is_answered(path):
     """From the question to the last cell it holds back, every code cell of the saved notebook (what nbval
     also compares with a fresh run) shows only the line saying to answer first; and every cell before the
@@ -128,8 +128,8 @@ def test_notebooks_are_in_reading_order_one_per_stage():
     names = [p.stem for p in _notebooks()]
     expected_stages = [f"{i:02d}_{s.NAME.replace('-', '_')}" for i, s in enumerate(reliableq_stages.STAGES, start=1)]
     assert names[0] == "00_start_here"
-    assert names[1:11] == expected_stages
-    assert names[11:] == ["11_chaos", "12_benchmarks"]
+    assert names[1:12] == expected_stages
+    assert names[12:] == ["12_chaos", "13_benchmarks"]
 
 
 SECOND_QUESTION = re.compile(r"^(?P<name>\w+) = panels\.SelfCheck\(stage\.(?P<prediction>\w+)\)$", re.MULTILINE)
@@ -141,7 +141,7 @@ def test_a_notebook_s_further_questions_hold_back_their_runs_too():
     show only the line saying to answer first."""
     picture = f'<div class="reliableq-picture"><i>{html.escape(panels.ANSWER_FIRST)}</i></div>'
     asked_anywhere = []
-    for stage, path in zip(reliableq_stages.STAGES, _notebooks()[1:11], strict=True):
+    for stage, path in zip(reliableq_stages.STAGES, _notebooks()[1:12], strict=True):
         cells = json.loads(path.read_text())["cells"]
         sources = ["".join(cell["source"]) for cell in cells]
         for at, source in enumerate(sources):
@@ -179,8 +179,8 @@ def test_saved_notebooks_show_pictures_not_dead_widgets(path):
     assert not [output for output in outputs if WIDGET_VIEW in output.get("data", {})]
     pictures = ["".join(output["data"]["text/html"]) for output in outputs
                 if "reliableq-picture" in "".join(output.get("data", {}).get("text/html", ""))]
-    if path.stem[:2] not in ("00", "12"):
-        button = "Run chaos" if path.stem.startswith("11") else "Run scenario"
+    if path.stem[:2] not in ("00", "13"):
+        button = "Run chaos" if path.stem.startswith("12") else "Run scenario"
         assert any(button in picture and "Run the notebook" in picture for picture in pictures), path.stem
 
 

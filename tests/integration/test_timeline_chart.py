@@ -50,7 +50,7 @@ async def test_a_run_whose_attempts_all_end_has_no_open_attempt_and_no_quiet_str
 
 @pytest.mark.slow
 async def test_a_chaos_run_is_drawn_job_by_job_with_the_broken_jobs_in_red():
-    """Notebook 11's chart: a lane per acknowledged job in submission order, and exactly the jobs an
+    """Notebook 12's chart: a lane per acknowledged job in submission order, and exactly the jobs an
     invariant names (idempotency off: charged twice) labelled in red."""
     report = await run_chaos(ChaosConfig(seed=1, jobs=60, lease_seconds=0.5,
                                          mechanisms=Mechanisms().without("idempotency")))

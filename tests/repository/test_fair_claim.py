@@ -100,9 +100,10 @@ def test_leases_that_ran_out_are_taken_first_and_every_claim_is_leased(conn):
 
 
 def test_a_claim_skips_the_jobs_another_claim_holds(databases, conn):
-    """A claim still open in another session holds its jobs: this one takes others, never the same."""
+    """A claim still open in another session holds its jobs (and, until it commits, up to its share of
+    each served tenant's next ones): this one takes others, never the same."""
     for tenant in "AB":
-        _add(conn, tenant, 4)
+        _add(conn, tenant, 8)
     with psycopg.connect(databases.queue_url) as other:  # a transaction left open: its locks held
         held = {row["id"] for row in _claim(other, 4, worker="other")}
         taken = {row["id"] for row in _claim(conn, 4)}

@@ -147,6 +147,9 @@ class _HeldTransaction:
         yield self.conn
 
 
+FIFO_CLAIM = Mechanisms().without("fairness")  # the claim _claim_reclaiming edits is the first-in-first-out one
+
+
 def _claim_reclaiming(condition: str) -> dict[str, str]:
     """The shipped claim with its reclaim of an expired lease judged by `condition` instead."""
     shipped = sql.queries("queue")["job_claim_due_skip_locked"]
@@ -169,7 +172,7 @@ async def test_a_reclaim_on_clock_timestamp_after_its_transaction_began_is_not_e
     async with await psycopg.AsyncConnection.connect(databases.queue_url) as conn:
         await conn.execute("SELECT now()")  # the transaction, and its now(), begin while the lease runs
         await wait_until_lease_ran_out(queue, first)
-        held = Queue(_HeldTransaction(conn), Mechanisms(),
+        held = Queue(_HeldTransaction(conn), FIFO_CLAIM,
                      replaced_queries=_claim_reclaiming("lease_expires_at <= clock_timestamp()"))
         (again,) = await held.claim(1, "w2", LEASE)
         await conn.commit()
@@ -181,7 +184,7 @@ async def test_a_reclaim_of_a_live_lease_is_caught(pool, submission, databases):
     queue = Queue(pool, Mechanisms())
     await queue.submit(submission())
     (first,) = await queue.claim(1, "w1", LEASE)
-    loose = Queue(pool, Mechanisms(), replaced_queries=_claim_reclaiming("true"))
+    loose = Queue(pool, FIFO_CLAIM, replaced_queries=_claim_reclaiming("true"))
     (again,) = await loose.claim(1, "w2", LEASE)
     assert again.id == first.id
     assert await _reclaimed_early(databases)

@@ -18,7 +18,7 @@ from reliableq.db import DEFAULT_DB_TIMEOUT_SECONDS
 from reliableq.lab.experiment import STAGE_KNOBS, compare, index_stages
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.scenario import LINE_WIDTH, LOST, ScenarioParams, ScenarioResult
-from reliableq_stages import s07_backoff, s08_dead, s09_semaphore
+from reliableq_stages import s07_backoff, s08_dead, s09_semaphore, s11_fairness
 
 PARAMS = ScenarioParams()
 NAMES = reliableq_stages.names()
@@ -46,7 +46,7 @@ def test_registry_order_matches_mechanisms():
     """naive first, then one stage per mechanism flag, in the flags' order."""
     assert [s.MECHANISM for s in reliableq_stages.STAGES] == [None, *Mechanisms.names()]
     assert NAMES == ["naive", *(name.replace("_", "-") for name in Mechanisms.names())]
-    assert [s.__name__.rsplit(".", 1)[1][:3] for s in reliableq_stages.STAGES] == [f"s{i:02d}" for i in range(1, 11)]
+    assert [s.__name__.rsplit(".", 1)[1][:3] for s in reliableq_stages.STAGES] == [f"s{i:02d}" for i in range(1, 12)]
 
 
 def test_registry_lookup_accepts_the_mechanism_spelling_and_names_the_choices():
@@ -98,7 +98,8 @@ async def test_stage_on_finishes_every_job_once(name):
     """With the stage's mechanism on, every job ends SUCCEEDED, finalized exactly once, none lost."""
     _, on = await compared(name)
     assert on.mechanism_on and on.mechanisms == reliableq_stages.get(name).mechanisms(True)
-    assert len(on.rows()) == PARAMS.jobs
+    # Stage 11's `jobs` sizes tenant A's backlog; tenant B submits one more.
+    assert len(on.rows()) == (PARAMS.jobs * s11_fairness.BACKLOG_PER_JOB + 1 if name == "fairness" else PARAMS.jobs)
     assert statuses(on) == {"SUCCEEDED"}, on.summary()
     assert all(r["F"] == 1 for r in on.rows()), on.summary()
 
@@ -252,6 +253,28 @@ async def test_sync_standby_off_loses_what_the_primary_alone_acknowledged():
     assert {e["job"] for e in off.event_rows() if e["kind"] == "acknowledged" and cut <= e["seconds"] <= killed} == lost
 
 
+async def test_fairness_off_makes_one_tenants_job_wait_for_anothers_whole_backlog():
+    """Tenant A's backlog, then tenant B's one job. First in, first out: every one of A's is claimed before
+    B's. Fair: B's is claimed within one round of the two tenants (at most K x L of A's ahead), and every
+    job still runs once, with one charge."""
+    off, on = await compared("fairness")
+    backlog = PARAMS.jobs * s11_fairness.BACKLOG_PER_JOB
+    assert off.measurements["backlog_of_a"] == on.measurements["backlog_of_a"] == backlog
+    assert off.measurements["jobs_ahead_of_b"] == backlog > off.measurements["fair_bound"]
+    assert on.measurements["jobs_ahead_of_b"] <= on.measurements["fair_bound"] == 2 * PARAMS.concurrency
+    for run in (off, on):
+        assert counts(run) == [(1, 1, 1, 1)] * (backlog + 1)
+
+
+async def test_b_waits_for_as_backlog_first_in_first_out_and_for_one_round_fair():
+    """As A's backlog grows fivefold, B's job waits behind all of it first in, first out, and behind at most
+    one round of the two tenants with the fair claim (the notebook's table, at two sizes)."""
+    rows = await s11_fairness.waits_by_backlog(PARAMS, (PARAMS.jobs, PARAMS.jobs * 5))
+    assert [row["ahead_of_b_fifo"] for row in rows] == [row["backlog_of_a"] for row in rows] == [
+        PARAMS.jobs * s11_fairness.BACKLOG_PER_JOB * n for n in (1, 5)]
+    assert all(row["ahead_of_b_fair"] <= 2 * PARAMS.concurrency for row in rows)
+
+
 async def test_semaphore_off_overloads_the_charge_service():
     """Starting everything due puts more in flight than the service takes; permits keep it within."""
     off, on = await compared("semaphore")
@@ -314,7 +337,8 @@ async def test_the_api_crash_line_names_the_job_it_lost_as_the_table_does(caplog
 
 # -- the verdict each run prints ---------------------------------------------------------------------------
 
-LOAD_STAGES = ("backoff", "semaphore")  # their failure is load: the guarantee holds with the mechanism off
+# Their failure is load or waiting: the guarantee holds with the mechanism off, and the measurements show it.
+LOAD_STAGES = ("backoff", "semaphore", "fairness")
 
 
 @pytest.mark.parametrize("name", NAMES)

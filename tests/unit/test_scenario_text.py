@@ -28,7 +28,7 @@ def test_fencing_on_expects_the_double_charge_until_idempotency():
     """The stage's own fix worked (F=1), and the C=2 left is named as the next stage's."""
     result = made_up("fencing", True, *[("SUCCEEDED", 2, 2, 2, 1)] * 2)
     assert result.verdict() == [
-        "Stage 05 fencing with fencing on; off: idempotency, backoff, dead, semaphore, sync_standby.",
+        "Stage 05 fencing with fencing on; off: idempotency, backoff, dead, semaphore, sync_standby, fairness.",
         "Seed 0, 2 jobs: 2 SUCCEEDED.",
         "The guarantee broke: job-1, job-2 were charged 2 times.",
         EXPECTED_C2,
@@ -38,7 +38,7 @@ def test_fencing_on_expects_the_double_charge_until_idempotency():
 def test_a_stage_off_names_its_own_failure_first_then_what_remains():
     result = made_up("fencing", False, ("SUCCEEDED", 2, 2, 2, 2))
     assert result.verdict() == [
-        "Stage 05 fencing with fencing off; also off: idempotency, backoff, dead, semaphore, sync_standby.",
+        "Stage 05 fencing with fencing off; also off: idempotency, backoff, dead, semaphore, sync_standby, fairness.",
         "Seed 0, 1 job: 1 SUCCEEDED.",
         "The guarantee broke: job-1 was charged 2 times; job-1 was finalized 2 times.",
         "This stage's failure: F=2, which fencing fixes.",
@@ -61,8 +61,8 @@ def test_a_run_that_held_says_so_and_explains_nothing():
     naive = made_up(None, False, OK)
     assert naive.verdict() == ["Stage 01 naive, no mechanism of its own; all mechanisms off.",
                                "Seed 0, 1 job: 1 SUCCEEDED.", "The guarantee held."]
-    last = made_up("sync_standby", True, OK)
-    assert last.verdict()[0] == "Stage 10 sync-standby with sync_standby on; all other mechanisms on."
+    last = made_up("fairness", True, OK)
+    assert last.verdict()[0] == "Stage 11 fairness with fairness on; all other mechanisms on."
     full = made_up(None, True, OK, mechanisms=Mechanisms())  # the naive notebook's contrast run
     assert full.verdict()[0] == "Stage 01 naive, no mechanism of its own; all mechanisms on."
 
@@ -93,7 +93,7 @@ def test_hand_picked_switches_blame_the_earlier_mechanism_they_turned_off():
     switches = stage_mechanisms("fencing", True).without("skip_locked")
     result = made_up("fencing", True, ("SUCCEEDED", 2, 2, 2, 1), mechanisms=switches)
     assert result.verdict()[0] == ("Stage 05 fencing with fencing on; "
-                                   "off: skip_locked, idempotency, backoff, dead, semaphore, sync_standby.")
+                                   "off: skip_locked, idempotency, backoff, dead, semaphore, sync_standby, fairness.")
     assert result.verdict()[-1] == ("Not this stage's failure: C=2 comes from skip_locked (stage 03) "
                                     "being off in this run.")
 

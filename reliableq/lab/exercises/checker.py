@@ -38,7 +38,10 @@ from reliableq.lab.waiting import report_step
 # per job, which a budget of 5 never could. A lease of 1 s leaves a live worker 0.67 s between renewals
 # to spare: with 0.5 s, a worker starved of CPU for 0.8 s beside two CPU-burning processes lost a lease
 # (1 reference check in 10 failed "a lease was lost only by a crashed or stalled worker").
-CHAOS = ChaosConfig(jobs=40, lease_seconds=1.0, settle_seconds=30.0, max_attempts=20)
+# Fairness off: chaos submits for one tenant, where the fair claim takes what the first-in-first-out claim
+# would, and the FIFO claim is the one the skip-locked and leases exercises write.
+CHAOS = ChaosConfig(jobs=40, lease_seconds=1.0, settle_seconds=30.0, max_attempts=20,
+                    mechanisms=Mechanisms().without("fairness"))
 # Chaos is the second net, after the forced schedules: two seeds (4 s each on 2 cores).
 DEFAULT_SEEDS = 2
 SCENARIO_DEADLINE_SECONDS = 120.0  # a whole run, so a learner's endless loop or lock wait still ends

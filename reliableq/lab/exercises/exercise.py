@@ -43,8 +43,8 @@ class Exercise:
 # The exercises whose piece runs whatever the stage's switches say: the four owner updates run wherever a
 # job is finalized, and the charge service's insert wherever a job charges.
 ALWAYS_IN_PLAY = ("fencing", "idempotency")
-# The claim the skip-locked and leases exercises write is the claim only with skip_locked on (without it,
-# the claim is job_select_due then job_mark_claimed).
+# The claim the skip-locked and leases exercises write is the claim only with skip_locked on and fairness
+# off (without skip_locked, the claim is job_select_due then job_mark_claimed; with fairness, the fair claim).
 CLAIM_EXERCISES = ("skip-locked", "leases")
 
 
@@ -54,5 +54,5 @@ def in_play(exercise: Exercise, mechanisms: Mechanisms) -> bool:
     if exercise.name in ALWAYS_IN_PLAY:
         return True
     if exercise.name in CLAIM_EXERCISES:
-        return mechanisms.skip_locked
+        return mechanisms.skip_locked and not mechanisms.fairness
     return getattr(mechanisms, exercise.name.replace("-", "_"))
