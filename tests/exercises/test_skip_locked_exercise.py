@@ -64,6 +64,7 @@ async def test_right_answers_hold_in_every_forced_schedule(right):
 
 SAME_MOMENT = "4 claims that read the due jobs at the same moment"
 TAKEN_BY_ALL = {"job": "job-1", "A": 4, "claimed by": "claimer-A and claimer-B and claimer-C and claimer-D"}
+SHARED_READ = "while claimer A has read two jobs with a lock claimers share"
 
 
 @pytest.mark.parametrize("wrong, invariant, said", [
@@ -83,6 +84,14 @@ TAKEN_BY_ALL = {"job": "job-1", "A": 4, "claimed by": "claimer-A and claimer-B a
 async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
     """The first broken check is the one the checker shows: it names the mistake in its schedule."""
     checks = await skip_locked.direct(skip_locked.load(wrong), seed=1)
+    if wrong == SHARE_SKIP:
+        # The same-moment schedule holds each claim at its first update, after that update has locked its
+        # rows: a FOR SHARE read that comes later skips them, so whether the four meet there is timing. The
+        # schedule built for a shared lock always shows it; the checker's verdict is the same either way.
+        shared = next(c for c in checks if c.name.startswith(SHARED_READ))
+        assert not shared.held and "took jobs claimer A had read" in str(shared.violations), shared
+        checks = [c for c in checks if not c.name.startswith(SAME_MOMENT)]
+        invariant, said = SHARED_READ, "took jobs claimer A had read"
     first = next(c for c in checks if not c.held)
     assert first.name.startswith(invariant), first
     if isinstance(said, dict):

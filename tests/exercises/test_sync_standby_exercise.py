@@ -96,6 +96,7 @@ async def test_a_file_without_its_named_query_is_refused_before_anything_runs():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two minutes alone; each mutant starts real servers, which a busy machine slows
 async def test_every_mutant_of_the_reference_is_rejected_or_shown_equivalent():
     """A level that does not wait, a SET that does not last (SET LOCAL, RESET) are rejected; remote_apply and
     remote_write are right for the primary's death (listed, and the differential run agrees)."""
