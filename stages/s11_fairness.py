@@ -55,8 +55,8 @@ def mechanisms(on: bool) -> Mechanisms:
 
 async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult:
     """Tenant A's backlog (`params.jobs` × BACKLOG_PER_JOB jobs), then tenant B's one job; then one worker
-    of `params.concurrency` permits runs them all. Measured: how many of A's jobs were claimed before B's,
-    and how long B's job waited."""
+    of `params.concurrency` permits runs them all. Measured: how many of A's jobs were claimed no later than
+    B's, and how long B's job waited."""
     async with experiment(NAME, MECHANISM, on, params) as run:
         backlog = await run.submit(jobs=params.jobs * BACKLOG_PER_JOB, tenant=TENANTS[0])
         (b_job,) = await run.submit(jobs=1, tenant=TENANTS[1])
@@ -66,7 +66,9 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
         b_claim = next(row for row in claims if row["job_id"] == b_job)
         measured = {
             "backlog_of_a": len(backlog),
-            "jobs_ahead_of_b": sum(row["tenant"] != TENANTS[1] and row["claimed_at"] < b_claim["claimed_at"]
+            # Claimed no later than B's: a claim that takes some of A's with B's does not count as B's alone
+            # (whether one claim or two take the last of A's and B's is the worker's timing).
+            "jobs_ahead_of_b": sum(row["tenant"] != TENANTS[1] and row["claimed_at"] <= b_claim["claimed_at"]
                                    for row in claims),
             # K tenants with due work, L jobs per claim: one round.
             "fair_bound": len(TENANTS) * params.concurrency,
