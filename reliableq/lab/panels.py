@@ -410,3 +410,8 @@ class _RecordedDisplays(DisplayPublisher):
 
     def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs) -> None:
         self.held.record({"output_type": "display_data", "data": data, "metadata": metadata or {}})
+
+    def set_parent(self, parent) -> None:
+        """ipykernel names the message it handles to the shell's publisher, a widget's click included, which
+        it handles while an async cell runs (the learner answering during Run All): what this records is
+        the held cell's whatever message is being handled, so there is nothing to name."""

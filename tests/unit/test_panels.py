@@ -15,6 +15,7 @@ import nbformat
 import pandas as pd
 import pytest
 from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.getipython import get_ipython
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.pylabtools import select_figure_formats
 from IPython.display import display
@@ -219,6 +220,20 @@ def test_check_with_an_answer_right_or_wrong_shows_every_held_result(shell, pick
         assert held.widget.children == (held.output,)  # the line saying to answer first is gone
         assert shown(held) == ["stdout", "stderr", "text/html", "image/png"]
         assert held.output.outputs[0]["text"] == "The guarantee broke.\n"
+
+
+def test_an_answer_given_while_a_held_cell_still_runs_is_taken(shell):
+    """Run All, and the learner answers while a held cell is still running: the kernel handles the click
+    then, naming its message to the shell's publisher (ipykernel's set_parent); the answer counts and the
+    cell's result, recorded meanwhile, is shown once it ends."""
+    check = SelfCheck(PREDICTION)
+    with check.hidden_until_answered():
+        print("before the answer")
+        get_ipython().display_pub.set_parent({"header": {"msg_type": "comm_msg"}})  # what ipykernel does
+        check.choice.value = "2"
+        assert check.check() is True
+        print("after it")
+    assert "".join(output["text"] for output in check.held[0].output.outputs) == "before the answer\nafter it\n"
 
 
 def test_check_without_a_choice_shows_nothing(shell):
