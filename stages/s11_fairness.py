@@ -33,18 +33,20 @@ BACKLOG_PER_JOB = 5  # tenant A's backlog is this many jobs for each of the `job
 TENANTS = ("tenant-a", "tenant-b")
 PREDICTION = Prediction(
     question=(
-        "Tenant A has 20 jobs waiting; tenant B submits one job just after. One worker takes them two at a time, "
-        "first in, first out. How many of A's jobs are claimed before B's?"
+        "Tenant A has 20 jobs waiting; tenant B submits one job just after. One worker takes two jobs per claim. "
+        "First in, first out, B's job waits behind all 20. With the fair claim, how many of A's jobs are "
+        "claimed no later than B's?"
     ),
     options=[
-        "None: B's is the newest job, so it is next",
-        "Two: one claim's worth",
-        "All 20",
+        "None or one: B's job is in the first claim",
+        "About ten: B's job waits for every other turn",
+        "All 20 still: B's job is the newest",
     ],
-    answer="All 20",
+    answer="None or one: B's job is in the first claim",
     why=(
-        "First in, first out takes the oldest due job first, and every one of A's 20 was due before B's. B's "
-        "wait is A's whole backlog, and grows with it: behind 10,000 of A's jobs, B waits for 10,000."
+        "The fair claim offers every tenant with due work its oldest job before anyone's second, so a claim of "
+        "two takes one of A's and B's: at most one of A's comes no later than B's, and that holds whether A has "
+        "20 jobs waiting or 10,000."
     ),
 )
 
