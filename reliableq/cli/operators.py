@@ -14,7 +14,7 @@ from typing import Any
 from reliableq import db
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.cli.arguments import UsageError, print_json, run_coroutine, seconds_from
-from reliableq.payload import parse_submission
+from reliableq.payload import DEFAULT_TENANT, parse_submission
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -71,7 +71,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     print("  ".join(f"{status}={n}" for status, n in counts.items()))
     for job in page.jobs:
         error = f"  {job.last_error}" if job.last_error else ""
-        print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  {_what(job)}{error}")
+        tenant = f"  tenant={job.tenant}" if job.tenant != DEFAULT_TENANT else ""
+        print(f"{job.id}  {job.status:<9}  attempts={job.attempts}/{job.max_attempts}  {_what(job)}{tenant}{error}")
     if page.next:  # on stderr: stdout stays one line per job for whoever reads it
         print(f"(more jobs than --limit {args.limit}: raise it, or narrow with --status)", file=sys.stderr)
     return 0

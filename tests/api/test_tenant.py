@@ -78,6 +78,9 @@ def test_the_cli_submits_for_a_tenant_and_refuses_a_bad_one(databases):
     assert done.returncode == 0, done.stderr
     with psycopg.connect(databases.queue_url) as conn:
         assert conn.execute("SELECT tenant FROM jobs WHERE id = %s", [done.stdout.strip()]).fetchone() == ("acme",)
+    listed = subprocess.run([sys.executable, "-m", "reliableq", "jobs"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **env})
+    assert f"{done.stdout.strip()}  PENDING    attempts=0/5  charge 1.00 USD  tenant=acme" in listed.stdout
     refused = subprocess.run([*run, "--tenant", "no spaces"], capture_output=True, text=True, timeout=60,
                              env={**os.environ, **env})
     assert refused.returncode != 0 and "tenant must be" in refused.stderr and "Traceback" not in refused.stderr
