@@ -65,12 +65,19 @@ class NotebookPage:
         self.page.get_by_role("menubar").get_by_role("menuitem", name=menu, exact=True).click()
         self.page.get_by_role("menu").get_by_role("menuitem", name=item, exact=True).click()
 
-    def run_all_cells(self, timeout_seconds: float, expected_stderr: Sequence[str] = ()) -> None:
-        """Clear every output, Run > Run All Cells, and wait for the run to end. Fails, with the text shown,
-        on any error output and on any stderr line not matched in full by a pattern of `expected_stderr`
-        (a learner sees both as the same pink box), then on any code cell left without an execution count."""
+    def start_run_all(self) -> None:
+        """Clear every output and Run > Run All Cells, without waiting for it (a learner acting meanwhile)."""
         self.menu("Edit", "Clear Outputs of All Cells")
         self.menu("Run", "Run All Cells")
+
+    def run_all_cells(self, timeout_seconds: float, expected_stderr: Sequence[str] = (),
+                      started: bool = False) -> None:
+        """Clear every output, Run > Run All Cells (unless `started` already), and wait for the run to end.
+        Fails, with the text shown, on any error output and on any stderr line not matched in full by a
+        pattern of `expected_stderr` (a learner sees both as the same pink box), then on any code cell left
+        without an execution count."""
+        if not started:
+            self.start_run_all()
         try:
             self.page.wait_for_function(_RUN_ENDED, arg=STDERR, timeout=timeout_seconds * 1000, polling=250)
         except PlaywrightTimeoutError:

@@ -207,3 +207,22 @@ def test_stage_10_shows_the_lost_jobs_and_the_refusals_once_answered(open_notebo
     expect(on_run).to_contain_text("lost_jobs=0")
     expect(on_run).not_to_contain_text("discarding closed connection")
     expect(notebook.panel.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")).to_have_count(0)
+
+
+@pytest.mark.timeout(300)
+def test_an_answer_given_while_run_all_still_runs_shows_the_held_results(open_notebook):
+    """Notebook 11 as a learner meets it: Run All, and the prediction answered as soon as it shows, while
+    the held runs are still running (ipykernel handles the click then). The answer counts, and once Run All
+    ends every held result is there: the off run's whole backlog ahead of B, the table of backlogs."""
+    notebook = open_notebook("11_fairness.ipynb")
+    notebook.start_run_all()
+    check = notebook.code_cell("SelfCheck(")
+    check.get_by_role("radio", name="None or one: B's job is in the first claim").check(timeout=60_000)
+    check.get_by_role("button", name="Check").click()
+    growth = notebook.code_cell("waits_by_backlog(")
+    expect(growth.locator(".jp-InputArea-prompt")).not_to_have_text(re.compile(r"\[\d+\]:"))  # still to run
+    expect(check).to_contain_text("Right", timeout=30_000)
+    notebook.run_all_cells(timeout_seconds=120, started=True)
+    expect(notebook.code_cell("off = await stage.scenario(False")).to_contain_text("jobs_ahead_of_b=20")
+    expect(growth).to_contain_text("ahead_of_b_fifo")
+    expect(notebook.panel.get_by_text(ANSWER_FIRST)).to_have_count(0)
