@@ -1,6 +1,13 @@
 -- Named queries of the benchmark (reliableq/bench/) over the queue's tables (sql/migrations/queue/).
 -- Read-mostly: the only write is the preload, which stands in for a client that already submitted.
 
+-- name: job_insert_many_tenants
+-- Store `jobs` due no-op jobs shared round-robin among `tenants` tenants, run_at a microsecond apart (the
+-- fairness scenario's backlog: no events, nothing else reads them).
+INSERT INTO jobs (kind, payload, max_attempts, tenant, run_at)
+SELECT 'noop', '{}', 5, 'tenant-' || (n %% %(tenants)s), now() - make_interval(secs => (%(jobs)s - n) / 1e6)
+FROM generate_series(1, %(jobs)s) AS n;
+
 -- name: job_insert_many
 -- Store `jobs` identical jobs of `kind` and their `submitted` events in one statement; all are due at
 -- once. run_at steps back a microsecond per job, as separate submissions would differ: equal run_at

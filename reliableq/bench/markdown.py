@@ -10,7 +10,15 @@ from typing import Any
 from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult, RunResult
 from reliableq.bench.scenarios import SCENARIOS
-from reliableq.bench.tables import charged_rows, mechanism_costs, peers_ahead, pickup_rows, ratios, standby_rows
+from reliableq.bench.tables import (
+    charged_rows,
+    fairness_rows,
+    mechanism_costs,
+    peers_ahead,
+    pickup_rows,
+    ratios,
+    standby_rows,
+)
 
 
 def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
@@ -75,6 +83,13 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
          for r in bounded])
     lines += mechanism_lines(mechanism_costs(result))
     lines += standby_lines(standby_rows(result))
+    fair = fairness_rows(result)
+    if fair:
+        lines += ["", "## What a fair claim costs", "", f"`fairness`: {SCENARIOS['fairness'].what}. Milliseconds "
+                  "per claim, each in a transaction rolled back so that every claim meets the same backlog.", ""]
+        lines += _table(["tenants", "pending", "FIFO ms", "fair ms", "fair / FIFO"],
+                        [[r["tenants"], r["pending"], r["fifo_claim_ms"], r["fair_claim_ms"],
+                          _ratio(r["fair_over_fifo"])] for r in fair])
     charged = charged_rows(result)
     if charged:
         lines += ["", "## Jobs with an HTTP charge each (ours only)", "",

@@ -42,6 +42,8 @@ class Profile:
     settle_seconds: float = 120.0  # a run that has not settled by then fails
     retention_history: int = 200_000  # finished jobs the retention scenario starts with (then drains execute_jobs)
     standby_jobs: int = 400  # jobs submitted and run at each replication point of the standby scenario
+    fairness_pending: int = 100_000  # due jobs behind each claim the fairness scenario times
+    fairness_claims: int = 40  # claims timed per claim and point
     # Scenarios this profile runs only when named (--scenarios): at its sizes they would show nothing.
     left_to_full: tuple[str, ...] = ()
 
@@ -54,7 +56,8 @@ PROFILES = {
                     charge_latency_seconds=0.01, kill9_leases=(1.0,), retry_jobs=10, retry_rates=(0.25,),
                     idempotency_requests=20, idempotency_clients=5, dead_jobs=5, semaphore_jobs=6,
                     semaphore_permits=2, semaphore_latency_seconds=0.05, pgbench_seconds=0.5, mechanism_jobs=20,
-                    mechanism_processes=(2, 2), pickup_jobs=3, standby_jobs=20,
+                    mechanism_processes=(2, 2), pickup_jobs=3, standby_jobs=20, fairness_pending=2_000,
+                    fairness_claims=3,
                     settle_seconds=60),
     # 4-5 minutes on this project's two cores while others' tests ran (3 min 58 s for the reference notebook 13
     # ships; 11 min 11 s before these sizes, 209 s of it pgqueuer's 1 s pickup times 200 jobs and 90 s
@@ -75,7 +78,7 @@ PROFILES = {
                     kill9_leases=(1.0, 2.0, 5.0), retry_jobs=600, retry_rates=(0.0, 0.1, 0.25, 0.5),
                     idempotency_requests=2000, idempotency_clients=100, dead_jobs=1000, semaphore_jobs=100,
                     semaphore_permits=8, semaphore_latency_seconds=0.1, pgbench_seconds=10.0, mechanism_jobs=4000,
-                    mechanism_processes=(2, 8), pickup_jobs=300, standby_jobs=2000,
+                    mechanism_processes=(2, 8), pickup_jobs=300, standby_jobs=2000, fairness_pending=1_000_000,
                     repeats=3, settle_seconds=300),
 }
 

@@ -16,6 +16,9 @@ from collections.abc import Sequence
 import httpx
 
 from reliableq.bench import peers
+from reliableq.bench.fairness import CLAIM_SIZE as FAIR_CLAIM_SIZE
+from reliableq.bench.fairness import TENANTS as FAIR_TENANTS
+from reliableq.bench.fairness import fairness
 from reliableq.bench.gate import UNCHARGED_CHECK, WAIVED_WHEN_OFF, gate
 from reliableq.bench.ingest import INGEST_VIAS, ingest
 from reliableq.bench.peer_runners import PICKUP
@@ -293,6 +296,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "and one alone: HTTP submissions and charged jobs on each; then a failover, timed from the primary's "
              "death to the first 202 and the first claim on the promoted server (reliableq/bench/standby.py)",
              lambda p: len(STANDBY_POINTS), standby),
+    Scenario("fairness", f"one claim of {FAIR_CLAIM_SIZE} jobs over the profile's backlog shared by 1, 10 and "
+             "1,000 tenants: first in first out, and fair (reliableq/bench/fairness.py)",
+             lambda p: len(FAIR_TENANTS), fairness),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
              "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
              "each in-process in its own process (reliableq/bench/peers.py)",

@@ -201,3 +201,17 @@ def standby_rows(result: BenchResult) -> dict[str, Any] | None:
     failover = {key: _point_mean(result, "standby", FAILOVER, key)
                 for key in ("first_202_after_death_seconds", "first_claim_after_death_seconds", "lost")}
     return {"rows": rows, "failover": failover}
+
+
+def fairness_rows(result: BenchResult) -> list[dict[str, Any]]:
+    """The fairness scenario: per number of tenants, the mean time of one claim first in first out and fair
+    over the same backlog (passing runs), and fair's over FIFO's."""
+    rows = []
+    for row in result.summary():
+        if row["scenario"] != "fairness" or row["mean"] is None:
+            continue
+        fifo = _point_mean(result, "fairness", row["point"], "fifo_claim_ms")
+        params = _passed_params(result, "fairness", row["point"])
+        rows.append({"tenants": params["tenants"], "pending": params["pending"], "fifo_claim_ms": fifo,
+                     "fair_claim_ms": row["mean"], "fair_over_fifo": row["mean"] / fifo if fifo else None})
+    return rows

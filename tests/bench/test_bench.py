@@ -89,6 +89,10 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     assert all(r["execute_jobs_per_second"] and r["ingest_jobs_per_second"] for r in standby["rows"])
     assert standby["failover"]["lost"] == 0 and standby["failover"]["first_claim_after_death_seconds"] > 0
     assert "## What a standby costs, and a failover's gap" in text
+    # The fair claim's cost beside the FIFO claim's, over the same backlog, at each number of tenants; every
+    # fair claim took every tenant's first job before anyone's second (the scenario's gate).
+    assert [r.point for r in result.runs if r.scenario == "fairness"] == ["1 tenants", "10 tenants", "1000 tenants"]
+    assert "## What a fair claim costs" in text
 
 
 @pytest.mark.slow
