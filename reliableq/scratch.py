@@ -185,7 +185,10 @@ def migrated_template(admin_url: str, database: str) -> str:
             try:
                 conn.execute(pgsql.SQL("ALTER DATABASE {} RENAME TO {}").format(pgsql.Identifier(building),
                                                                                  pgsql.Identifier(name)))
-            except psycopg.errors.DuplicateDatabase:
+            # Renames racing each other: the loser gets DuplicateDatabase, or, when both passed the name
+            # check at once, the catalog's own unique index (seen in CI: several test processes building
+            # a new migration's template on a fresh server).
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
                 conn.execute(pgsql.SQL("DROP DATABASE {}").format(pgsql.Identifier(building)))
     _templates[(admin_url, name)] = name
     return name

@@ -127,3 +127,36 @@ def test_the_wait_for_a_starting_server_ends_when_it_is_ready_and_at_once_when_i
     assert not db._wait_until_started(tmp_path, timeout=30)  # exited: no wait at all
     os.remove(pid_file)
     assert not db._wait_until_started(tmp_path, timeout=30)  # no server
+
+
+def test_processes_building_a_new_template_at_once_end_with_one_and_no_leftover(monkeypatch):
+    """A new migration's template built by several test processes at once on a fresh server: their renames
+    race, the losers drop their copies (whether PostgreSQL says the name exists or its catalog's unique
+    index does), and every one of them gets the template's name."""
+    admin = db.embedded_server_url()
+    schema = scratch.sql.schema("queue") + f"\n-- a schema of this test's own: {os.getpid()} {threading.get_ident()}\n"
+    monkeypatch.setattr(scratch.sql, "schema", lambda database: schema)
+    start, names, errors = threading.Barrier(6), [], []
+
+    def build() -> None:
+        start.wait()
+        try:
+            names.append(scratch.migrated_template(admin, "queue"))
+        except Exception as error:  # noqa: BLE001  (what this test reports)
+            errors.append(error)
+    threads = [threading.Thread(target=build) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert errors == [] and len(set(names)) == 1 and len(names) == 6
+        assert _exists(names[0])
+        token = scratch.owned_name(admin, "rq_building").rsplit("_", 1)[0]  # this process's builds' prefix
+        with psycopg.connect(db.with_database(admin, "postgres"), autocommit=True) as conn:
+            left = conn.execute("SELECT datname FROM pg_database WHERE starts_with(datname, %s)", [token]).fetchall()
+        assert left == []
+    finally:
+        with psycopg.connect(db.with_database(admin, "postgres"), autocommit=True) as conn:
+            for name in set(names):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
