@@ -211,6 +211,12 @@ class StandbyPair:
         with psycopg.connect(self.primary.url(), autocommit=True) as conn:
             return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()[0]
 
+    def cancel_waiting_commits(self) -> None:
+        """Cancel every commit waiting for the standby, as an operator or a client's cancel would: each
+        returns with a warning, its row visible on the primary though the standby never had it."""
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+
     def fail_over(self) -> None:
         """The primary's machine dies (SIGKILL, and the link with it); the standby is promoted."""
         self.primary.kill()

@@ -122,3 +122,7 @@ SELECT count(*) AS keys_held FROM job_submission_keys;
 SELECT jobs.id AS job_id, jobs.tenant, jobs.created_at, a.claimed_at
 FROM jobs JOIN job_attempts AS a ON a.job_id = jobs.id AND a.attempt = 1
 ORDER BY a.claimed_at, a.id;
+
+-- name: job_first_claim_after
+-- The first claim (of any attempt) after %(after)s: when a promoted server first handed out work.
+SELECT min(claimed_at) AS claimed_at FROM job_attempts WHERE claimed_at > %(after)s;

@@ -28,14 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-import psycopg
 
-from reliableq import scratch, sql
+from reliableq import scratch
 from reliableq.config import Mechanisms
 from reliableq.db import Databases
 from reliableq.lab import invariants
 from reliableq.lab.harness import LocalSystem, local_system
 from reliableq.lab.invariants import Check
+from reliableq.lab.ledger import read_rows
 from reliableq.standby import StandbyPair, start_pair
 
 # A client's pause before it retries a refused or dropped submission: short, so the promoted server's
@@ -200,29 +200,25 @@ async def _run(config: FailoverConfig, schedule: FailoverSchedule, pair: Standby
         await asyncio.wait_for(submitting, config.settle_seconds)
     finally:
         submitting.cancel()
-    promoted = {job_id for (job_id,) in await _query(system.databases.queue_url, "SELECT id FROM jobs")}
+    url = system.databases.queue_url
+    promoted = {row["job_id"] for row in await read_rows(url, "lab_queue", "job_ids")}
     lost = [ack.key for ack in clients.acknowledged if ack.job_id not in promoted]
     await system.wait_settled([ack.job_id for ack in clients.acknowledged if ack.job_id in promoted],
                               timeout=config.settle_seconds)
     checks = await invariants.check_stored(system.databases, [ack.job_id for ack in clients.acknowledged])
     checks.append(await _charges_of_known_jobs(system.databases, promoted))
     after = [ack.answered - died for ack in clients.acknowledged if ack.sent > died]
-    claimed = await _query(system.databases.queue_url, "SELECT min(claimed_at) FROM job_attempts WHERE claimed_at > %s",
-                           [datetime.fromtimestamp(died, UTC)])
-    first_claim = claimed[0][0].timestamp() - died if claimed and claimed[0][0] else None
+    (claimed,) = await read_rows(url, "lab_queue", "job_first_claim_after",
+                                 {"after": datetime.fromtimestamp(died, UTC)})
+    first_claim = claimed["claimed_at"].timestamp() - died if claimed["claimed_at"] else None
     return FailoverReport(config, schedule, clients.acknowledged, clients.refused, lost, checks, cut, died,
                           min(after, default=None), first_claim, time.monotonic() - began)
-
-
-async def _query(url: str, query: str, params: list | None = None) -> list[tuple]:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        return await (await conn.execute(query, params)).fetchall()
 
 
 async def _charges_of_known_jobs(databases: Databases, stored: set[uuid.UUID]) -> Check:
     """A charge for a job the promoted server does not have: the customer paid for work the queue forgot
     (a worker ran a job the primary alone had)."""
-    rows = await _query(databases.charge_url, sql.queries("lab_charge")["charge_counts_by_job"])
+    rows = await read_rows(databases.charge_url, "lab_charge", "charge_counts_by_job")
     return Check("every charge is for a job the promoted server has",
-                 [{"job_id": job_id, "charges": charges} for job_id, _, charges in rows
-                  if charges and job_id not in stored])
+                 [{"job_id": row["job_id"], "charges": row["charges"]} for row in rows
+                  if row["charges"] and row["job_id"] not in stored])

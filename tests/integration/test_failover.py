@@ -110,8 +110,7 @@ async def test_a_keyed_retry_is_not_answered_replayed_for_a_job_only_the_primary
             if sync_standby:  # the commit waited for the standby, past the API's timeout
                 assert first.status_code == 503 and first.json()["error"].endswith(MAY_BE_STORED)
                 await wait_until(lambda: pair.commits_waiting() == 1, 5, "the commit's wait")
-                with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
-                    conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+                pair.cancel_waiting_commits()
             else:
                 assert first.status_code == 202
             with psycopg.connect(pair.primary.url("rq_test_replayed"), autocommit=True) as conn:

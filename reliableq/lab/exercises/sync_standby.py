@@ -136,11 +136,6 @@ def _on_primary(pair: StandbyPair, key: str) -> bool:
         return conn.execute("SELECT 1 FROM job_submission_keys WHERE key = %s", [key]).fetchone() is not None
 
 
-def _cancel_waiting_commits(pair: StandbyPair) -> None:
-    with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
-        conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
-
-
 async def _commit_waited(pair: StandbyPair, key: str) -> bool:
     """Whether the commit of `key`'s submission is waiting for the standby (True) or returned without it
     (False): whichever the server shows first. One of the two happens at once; the deadline is for a run
@@ -208,7 +203,7 @@ async def _schedules(pair: StandbyPair, url: str, pieces: Pieces) -> list[Check]
                         "its commit": "waited for the standby" if waited else
                         "returned with the primary alone (the standby could not have it: the link was cut)"})
         if waited:  # cancelled, as an operator or a timeout may: the job is now visible on the primary alone
-            await asyncio.to_thread(_cancel_waiting_commits, pair)
+            await asyncio.to_thread(pair.cancel_waiting_commits)
             await wait_until(lambda: asyncio.to_thread(_on_primary, pair, "order-2"), SETTLE_SECONDS,
                              "the cancelled commit of order-2 to show on the primary", 0.02)
         again = await submit(api, "order-2")
