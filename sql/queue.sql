@@ -156,23 +156,27 @@ SELECT * FROM claimed ORDER BY run_at, id;
 -- (K tenants with due work), however long the queues. Work-conserving: slots no other tenant can fill
 -- go to the tenants with more due. Leases that ran out are taken first, as in job_claim_due_skip_locked;
 -- still one statement, locked rows skipped, leased and fenced alike.
-WITH RECURSIVE waiting AS (
-    -- The tenants with a due job, found by stepping from one tenant to the next in
-    -- jobs_pending_tenant_run_at: one probe per tenant, never a scan of anyone's backlog.
+WITH RECURSIVE tenant_steps AS (
+    -- Stepping from one tenant with a due job to the next in jobs_pending_tenant_run_at: one probe per
+    -- tenant, never a scan of anyone's backlog. The last step finds none (NULL).
     (SELECT tenant FROM jobs
      WHERE status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now())
      ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (SELECT later.tenant FROM jobs AS later
             WHERE later.status = 'PENDING' AND later.run_at <= coalesce(%(now)s::timestamptz, now())
-              AND later.tenant > waiting.tenant
+              AND later.tenant > tenant_steps.tenant
             ORDER BY later.tenant LIMIT 1)
-    FROM waiting WHERE waiting.tenant IS NOT NULL
+    FROM tenant_steps WHERE tenant_steps.tenant IS NOT NULL
+), waiting AS (
+    -- The tenants with a due job, one row each.
+    SELECT tenant FROM tenant_steps WHERE tenant IS NOT NULL
 ), turn AS MATERIALIZED (
+    -- This claim's number: one more than the claim before it, whichever worker made that one.
     SELECT nextval('job_claim_turns') AS number
 ), lined_up AS (
     SELECT tenant, row_number() OVER (ORDER BY tenant) - 1 AS position, count(*) OVER () AS tenants
-    FROM waiting WHERE tenant IS NOT NULL
+    FROM waiting
 ), served AS (
     -- This claim's round: from the turn's place among the waiting tenants, once round, as far as it fits.
     SELECT tenant, (position - turn.number %% tenants + tenants) %% tenants AS place

@@ -176,7 +176,7 @@ def test_a_learner_writes_fencing_in_the_workspace_and_the_panel_passes_it(open_
     expect(result).to_contain_text("✓ fencing passed", timeout=180_000)
     expect(result.locator("table")).to_contain_text("job-1")
     expect(panel.get_by_role("button", name="Solution")).to_be_enabled()
-    expect(panel).to_contain_text("Your progress: 1 of 9 passed")
+    expect(panel).to_contain_text("Your progress: 1 of 10 passed")
     listed = subprocess.run([sys.executable, "-m", "reliableq", "exercise", "list"], capture_output=True, text=True,
                             env=os.environ | {WORKSPACE_VARIABLE: str(jupyterlab.workspace)}, check=True).stdout
     assert "05 fencing           passed" in listed

@@ -302,12 +302,12 @@ def test_an_exercise_panel_uses_the_one_workspace_and_links_the_file_relative_to
     assert '<a href="backoff.py" target="_blank"><code>backoff.py</code></a>' in panel.picture()
     assert RUN_FIRST in panel.picture() and "▶ Check" in panel.picture()
     assert panel.button.description == "Check" and "Press Check." in panel.status.value
-    assert "Your progress: 0 of 9 passed" in panel.progress_line.value and "07·" in panel.picture()
+    assert "Your progress: 0 of 10 passed" in panel.progress_line.value and "07·" in panel.picture()
 
 
 def test_the_panels_progress_line_shows_what_the_cli_recorded(tmp_path):
     Workspace(tmp_path).record(backoff.EXERCISE, state="passed")
-    assert "1 of 9 passed" in ExercisePanel(backoff.EXERCISE, tmp_path).progress_line.value
+    assert "1 of 10 passed" in ExercisePanel(backoff.EXERCISE, tmp_path).progress_line.value
 
 
 def test_hints_come_one_at_a_time_and_reset_says_where_the_learners_version_went(tmp_path):

@@ -19,6 +19,7 @@ Layout
     dead          exercise 08: the finalize decision, succeed, retry or dead (Python)
     semaphore     exercise 09: the worker's permits, taken at claim and released when a job is done (Python)
     sync_standby  exercise 10: what the API's sessions commit with, so a 202 survives the primary's death (SQL)
+    fairness      exercise 11: the fair claim, due jobs tenant by tenant in turn (SQL)
 
 The learner's piece reaches the real worker, API and queue through reliableq/lab/pieces.py, never through
 a copy of the core.
@@ -30,6 +31,7 @@ from reliableq.lab.exercises import (
     backoff,
     commit_before_ack,
     dead,
+    fairness,
     fencing,
     idempotency,
     leases,
@@ -43,7 +45,7 @@ from reliableq.lab.exercises.workspace import Workspace
 # In stage order, as `reliableq exercise list` shows them.
 EXERCISES: dict[str, Exercise] = {exercise.name: exercise for exercise in sorted(
     (module.EXERCISE for module in (commit_before_ack, skip_locked, leases, fencing, idempotency, backoff, dead,
-                                    semaphore, sync_standby)),
+                                    semaphore, sync_standby, fairness)),
     key=lambda exercise: exercise.stage_number)}
 
 

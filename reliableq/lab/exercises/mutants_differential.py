@@ -15,7 +15,7 @@ from reliableq.lab.exercises.exercise import Exercise
 from reliableq.lab.exercises.learner_code import LearnerError
 
 # The exercises whose file is SQL: their mutants are mutants_sql.py's, their differential the forced schedules.
-SQL_EXERCISES = ("skip-locked", "leases", "fencing", "idempotency", "sync-standby")
+SQL_EXERCISES = ("skip-locked", "leases", "fencing", "idempotency", "sync-standby", "fairness")
 # A mutant's check runs with this seed (mutants.py), and the differential's forced schedules with the same:
 # what the check saw is what the mutant is compared on.
 CHECK_SEED = 1

@@ -30,7 +30,7 @@ from reliableq.config import Mechanisms
 from reliableq.lab.invariants import Check
 from reliableq.lab.scenario import job_labels
 from reliableq.lab.waiting import wait_until
-from reliableq.payload import Submission
+from reliableq.payload import DEFAULT_TENANT, Submission
 from reliableq.queue import Job, Queue
 from reliableq.scratch import scratch_databases
 
@@ -80,9 +80,9 @@ class Scratch:
     async def blockers(self, pid: int) -> list[int]:
         return (await self.run("lab_session_blockers", {"pid": pid}))[0]["blockers"]
 
-    async def submit(self, n: int, max_attempts: int = 5) -> list[uuid.UUID]:
-        charges = [Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts, kind="charge")
-                   for i in range(n)]
+    async def submit(self, n: int, max_attempts: int = 5, tenant: str = DEFAULT_TENANT) -> list[uuid.UUID]:
+        charges = [Submission({"amount_cents": 1000 + i, "currency": "USD"}, max_attempts, kind="charge",
+                              tenant=tenant) for i in range(n)]
         ids = [(await self.shipped.submit(charge)).id for charge in charges]
         self.labels |= {str(job_id): f"job-{len(self.labels) + 1 + i}" for i, job_id in enumerate(ids)}
         return ids

@@ -110,11 +110,11 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
         runs = [await schedules.claim_over_every_state(scratch, claim, reclaim, enforce)
                 for reclaim, enforce in SWITCHES]
         await scratch.run("lab_jobs_clear")
-        same_moment = await _read_at_the_same_moment(scratch, claim)
+        same_moment = await read_at_the_same_moment(scratch, claim)
         await scratch.run("lab_jobs_clear")
-        held = await _claimed_while_another_holds(scratch, claim)
+        held = await claimed_while_another_holds(scratch, claim)
         await scratch.run("lab_jobs_clear")
-        shared = await _claimed_while_another_reads(scratch, claim)
+        shared = await claimed_while_another_reads(scratch, claim)
     return [*schedules.domain_checks(runs, closing=True), *same_moment, held, shared]
 
 
@@ -123,7 +123,7 @@ async def _claim(conn: psycopg.AsyncConnection, claim: str, worker_id: str, limi
                                       enforce_budget=False, lease_seconds=LEASE_SECONDS)
 
 
-async def _read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> list[Check]:
+async def read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> list[Check]:
     """Four claims of two, eight due jobs: each claim reads (and locks, as it locks) its rows, then waits
     at the barrier at its first update, until every claim has returned or waits; then all go on. A lock
     that claimers can share lets two of them read the same rows here: one then waits for the other's
@@ -155,7 +155,7 @@ async def _read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> li
             Check(f"{said} each take at most the {PER_CLAIM} jobs asked for, and together every due job", counts)]
 
 
-async def _claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -> Check:
+async def claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -> Check:
     """Four due jobs: claimer A claims two and holds its transaction open; claimer B asks for two while A
     holds them, and must return at once with the other two; then A commits."""
     ids = await scratch.submit(4)
@@ -186,7 +186,7 @@ async def _claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -
                  "takes the other two at once, neither waiting nor failing", wrong)
 
 
-async def _claimed_while_another_reads(scratch: schedules.Scratch, claim: str) -> Check:
+async def claimed_while_another_reads(scratch: schedules.Scratch, claim: str) -> Check:
     """Four due jobs: claimer A has read the first two with a lock claimers share (FOR SHARE) and not yet
     written them, as a claim whose lock can be shared stands between its read and its update; claimer B
     asks for two, and must pass over A's and take the other two at once. Started together, two such

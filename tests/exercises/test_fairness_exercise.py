@@ -1,0 +1,122 @@
+"""Exercise 11 (fairness) graded on real PostgreSQL: the reference passes the whole check; right answers
+spelt differently hold in every forced schedule; the starter and the wrong answers a learner would
+plausibly write fail on the first forced schedule that shows their mistake (`direct` alone, about a
+second each): no turn, a random turn, one job per tenant, a tenant's jobs before the next tenant's first,
+the lock dropped or waited for, lapsed leases forgotten, the tenants found by reading the backlog."""
+
+from __future__ import annotations
+
+import pytest
+
+from reliableq.lab.exercises import fairness
+from reliableq.lab.exercises.checker import Outcome, check
+from reliableq.lab.exercises.fairness import REFERENCE
+
+PLACE = "(position - turn.number %% tenants + tenants) %% tenants AS place"
+PICK_LOCK = """        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS pick"""
+LAPSED = """), lapsed AS (
+    -- Leases that ran out, owed first (as in job_claim_due_skip_locked).
+    SELECT id, status, lease_token FROM jobs
+    WHERE %(reclaim_expired)s AND status = 'RUNNING'
+      AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
+      AND (NOT %(enforce_budget)s OR attempts < max_attempts)
+    ORDER BY lease_expires_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+"""
+CANDIDATES = """        SELECT id, status, lease_token, 0 AS nth, 0 AS place FROM lapsed
+        UNION ALL
+"""
+WAITING = """    SELECT tenant FROM tenant_steps WHERE tenant IS NOT NULL
+"""
+
+# Right, and spelt differently: the remainder with mod(); the round jumping by the claim's size; the
+# weaker lock that still excludes other claimers.
+WITH_MOD = REFERENCE.replace(PLACE, "mod(mod(position - turn.number, tenants) + tenants, tenants) AS place")
+JUMP_BY_CLAIM = REFERENCE.replace(PLACE, "mod(mod(position - turn.number * %(limit)s, tenants) + tenants, tenants) "
+                                         "AS place")
+NO_KEY_LOCK = REFERENCE.replace("FOR UPDATE SKIP LOCKED", "FOR NO KEY UPDATE SKIP LOCKED")
+
+# Every round starts at the first tenant by name: with claims of one, only tenant-a is ever served.
+NO_TURN = REFERENCE.replace(PLACE, "position AS place")
+# A random start: fair on average, with no bound on any one tenant's wait.
+RANDOM_TURN = REFERENCE.replace(PLACE, "mod(position + floor(random() * tenants)::bigint, tenants) AS place")
+# One job per served tenant: a lone tenant's claim of four takes one.
+ONE_EACH = REFERENCE.replace(PICK_LOCK, PICK_LOCK.replace("%(limit)s", "1"))
+# Each tenant's jobs before the next tenant's first.
+TENANT_BY_TENANT = REFERENCE.replace("ORDER BY nth, place", "ORDER BY place, nth")
+NO_LOCK = REFERENCE.replace(PICK_LOCK, PICK_LOCK.replace("\n        FOR UPDATE SKIP LOCKED", ""))
+WAITS = REFERENCE.replace(PICK_LOCK, PICK_LOCK.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE"))
+NO_LAPSED = REFERENCE.replace(LAPSED, "").replace(CANDIDATES, "")
+# The tenants found by reading every due job: right in every round, and a scan of the backlog per claim.
+DISTINCT_SCAN = REFERENCE.replace(WAITING, "    SELECT DISTINCT tenant FROM jobs WHERE status = 'PENDING'\n"
+                                           "      AND run_at <= coalesce(%(now)s::timestamptz, now())\n")
+
+
+def test_the_starter_and_reference_come_from_the_shipped_claims():
+    """The reference is the shipped fair claim; the starter keeps its given part (the tenants waiting, the
+    turn) above the first-in-first-out claim's `due`, the place marked."""
+    assert REFERENCE.count("-- name: job_claim_due_fair") == 1 and "lined_up" in REFERENCE
+    assert fairness.MARK in fairness.STARTER and "lined_up" not in fairness.STARTER
+    assert fairness.STARTER.count(fairness.GIVEN.strip()) == 3
+    assert "ORDER BY run_at, id\n    LIMIT %(limit)s\n    FOR UPDATE SKIP LOCKED\n), expired" in fairness.STARTER
+    for text in (WITH_MOD, JUMP_BY_CLAIM, NO_KEY_LOCK, NO_TURN, RANDOM_TURN, ONE_EACH, TENANT_BY_TENANT, NO_LOCK,
+                 WAITS, NO_LAPSED, DISTINCT_SCAN):
+        assert text != REFERENCE
+
+
+@pytest.mark.slow
+async def test_the_reference_passes_the_whole_check():
+    result = await check(fairness.EXERCISE, REFERENCE, seed=1, seeds=1)
+    assert result.outcome is Outcome.PASSED, result.text()
+    assert result.checked == ["forced schedules", "stage 11's scenario (seed 1)", "chaos seed 1"]
+
+
+@pytest.mark.parametrize("right", [REFERENCE, WITH_MOD, JUMP_BY_CLAIM, NO_KEY_LOCK],
+                         ids=["reference", "mod", "jump-by-claim-size", "no-key-lock"])
+async def test_right_answers_hold_in_every_forced_schedule(right):
+    assert [c for c in await fairness.direct(fairness.load(right), seed=1) if not c.held] == []
+
+
+ROUND = "claims of 1 and of 3 over four tenants, tenant-a flooding: no tenant with due work waits longer"
+
+
+@pytest.mark.parametrize("wrong, invariant, said", [
+    (fairness.STARTER, ROUND, {"tenant": "tenant-b", "waited while": "5 jobs of others were claimed (up to claim 5 "
+                               "of 1)", "tenants waiting": 4, "bound": "4 jobs (1 round)"}),
+    (NO_TURN, ROUND, {"tenant": "tenant-b", "waited while": "5 jobs of others were claimed (up to claim 5 of 1)",
+                      "tenants waiting": 4, "bound": "4 jobs (1 round)"}),
+    (ONE_EACH, "4 claims that read the due jobs at the same moment each take at most the 2 jobs asked for",
+     {"claimers": 4, "each asked for": 2, "jobs due": 8, "taken in all": 4}),
+    (TENANT_BY_TENANT, "a claim gives every tenant with due work its oldest job before it gives any tenant a second",
+     {"claim": "claim 1 of 3", "took": "3 of tenant-d's", "while waiting with none": "tenant-a, tenant-b, tenant-c"}),
+    (NO_LOCK, "4 claims that read the due jobs at the same moment take different jobs", None),
+    (WAITS, "4 claims that read the due jobs at the same moment neither wait for each other nor fail", None),
+    (NO_LAPSED, "a claim takes the due jobs it is asked for", None),
+    (DISTINCT_SCAN, "a claim reads a few rows per tenant", None),
+], ids=["starter", "no-turn", "one-job-per-tenant", "tenant-by-tenant", "no-lock", "lock-waited-for",
+        "lapsed-leases-forgotten", "tenants-by-scan"])
+async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
+    checks = await fairness.direct(fairness.load(wrong), seed=1)
+    first = next(c for c in checks if not c.held)
+    assert first.name.startswith(invariant), first
+    if said is not None:
+        assert said in first.violations, first.violations
+
+
+async def test_a_claim_that_reads_the_backlog_is_told_how_many_rows_it_read():
+    """The count is the plan's own (a scan of the pending index, then the rows updated), so a claim that
+    reads the backlog is told a number above it, and the reference one far below the allowance."""
+    (scan,) = [c for c in await fairness.direct(fairness.load(DISTINCT_SCAN), seed=1) if not c.held]
+    (row,) = scan.violations
+    assert row["rows of jobs read"] > fairness.BACKLOG and row["allowed"] == fairness.READS_ALLOWED, row
+
+async def test_a_random_turn_is_rejected_on_every_check():
+    """Fair on average, unbounded for one tenant: 60 claims of one over four tenants give it a wait past one
+    round with probability above 0.9999 (five misses in a row at 3/4 each, for any of four tenants), so the
+    verdict does not depend on the draw. Five checks, five rejections."""
+    for _ in range(5):
+        checks = await fairness.direct(fairness.load(RANDOM_TURN), seed=1)
+        assert next(c for c in checks if not c.held).name.startswith(ROUND)
