@@ -149,7 +149,8 @@ def test_a_sample_is_seeded():
 
 # One operator per exercise whose every mutant the checker must reject: a seeded pick among them.
 SAMPLED = [("commit-before-ack", "await"), ("skip-locked", "limit"), ("idempotency", "predicate"),
-           ("backoff", "arithmetic"), ("dead", "answer"), ("semaphore", "arithmetic")]
+           ("backoff", "arithmetic"), ("dead", "answer"), ("semaphore", "arithmetic"),
+           ("fairness", "limit")]
 
 
 @pytest.mark.slow

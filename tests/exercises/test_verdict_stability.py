@@ -20,6 +20,7 @@ from tests.exercises import (
     test_backoff_exercise,
     test_commit_before_ack_exercise,
     test_dead_exercise,
+    test_fairness_exercise,
     test_fencing_exercise,
     test_idempotency_exercise,
     test_leases_exercise,
@@ -44,6 +45,8 @@ RIGHT_SPELLINGS = {
     "semaphore": {name: getattr(test_semaphore_exercise, name) for name in
                   ("COUNTDOWN", "ONE_AT_A_TIME", "CONTRACT")},
     "sync-standby": test_sync_standby_exercise.RIGHT,
+    "fairness": {"mod": test_fairness_exercise.WITH_MOD, "jump-by-claim-size": test_fairness_exercise.JUMP_BY_CLAIM,
+                 "no-key-lock": test_fairness_exercise.NO_KEY_LOCK},
 }
 ANSWERS = [(name, "reference", exercises.get(name).reference, DEFAULT_SEEDS) for name in exercises.EXERCISES] + [
     (name, label, text, 1) for name, spellings in RIGHT_SPELLINGS.items() for label, text in spellings.items()]

@@ -7,7 +7,8 @@ cannot drift from the queue it grades.
 The forced schedules, one claimer so that nothing but the claim decides: one claim over a job in every
 state (the fair claim must still take only due jobs, and lapsed leases); exercise 03's interleavings of
 claims at the same moment (the lock); rounds of claims of one and of three jobs over four tenants, one of
-which floods, with a fifth appearing mid-run and leaving again, where every claim is judged against what
+which floods, with a fifth appearing mid-run and leaving again and a sixth whose jobs are all still ahead
+(not waiting, so it has no place in a round), where every claim is judged against what
 was due before it (a tenant waiting longer than one round, a tenant's second job before another's first,
 fewer jobs than asked while more were due); a lone tenant's claim (work-conserving); and the plan of a
 claim over a backlog of BACKLOG jobs, rows of `jobs` read counted (no scan of anyone's backlog).
@@ -132,6 +133,9 @@ FLOOD = "tenant-a"
 BACKLOGS = {FLOOD: 100, "tenant-b": 40, "tenant-c": 40, "tenant-d": 40}
 LATE = "tenant-e"
 LATE_JOBS = 3
+# A tenant whose jobs are all still ahead (a retry's backoff): not waiting, so it has no place in a round.
+AHEAD = "tenant-f"
+AHEAD_JOBS = 5
 # (jobs per claim, claims, after which claim the late tenant's jobs arrive)
 ROUNDS = ((1, 80, 60), (3, 20, 8))
 LONE = 6  # a lone tenant's due jobs, a claim of LONE_CLAIM of them
@@ -147,8 +151,8 @@ READS_ALLOWED = 100
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
     """Forced on a scratch database, in order: the domain of job states (as exercises 03 and 04 check it);
     exercise 03's claims at the same moment, while another holds, while another reads; rounds of claims
-    over four tenants and a late fifth (claims of one, then of three); a lone tenant's claim; the plan's
-    rows read over a backlog."""
+    over four tenants, a late fifth and one with jobs only ahead (claims of one, then of three); a lone
+    tenant's claim; the plan's rows read over a backlog."""
     claim = pieces.queue_queries[QUERY]
     async with schedules.scratch(MECHANISMS) as scratch:
         # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
@@ -190,6 +194,8 @@ async def _rounds(scratch: schedules.Scratch, claim: str, per_claim: int, claims
         rows = await scratch.run("lab_jobs_backlog", {"tenant": tenant, "n": n, "ago_seconds": 600 - 60 * ago})
         tenant_of |= {row["id"]: tenant for row in rows}
         due[tenant] += n
+    rows = await scratch.run("lab_jobs_backlog", {"tenant": AHEAD, "n": AHEAD_JOBS, "ago_seconds": -schedules.HOUR})
+    tenant_of |= {row["id"]: AHEAD for row in rows}
     result = Rounds(per_claim, late_after)
     # Per tenant with due work, since it was last served: others' jobs claimed, the most tenants waiting, and
     # how often the set of tenants waiting changed (a tenant arriving or running out moves every other
