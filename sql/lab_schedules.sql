@@ -81,6 +81,11 @@ WHERE lease_token = %(lease_token)s;
 -- holds once it has read them and before it writes them.
 SELECT id FROM jobs WHERE id = ANY(%(ids)s::uuid[]) FOR SHARE;
 
+-- name: lab_jobs_hold
+-- Lock the jobs %(ids)s FOR UPDATE until this transaction ends: what a racing claim holds between reading
+-- them and committing.
+SELECT id FROM jobs WHERE id = ANY(%(ids)s::uuid[]) FOR UPDATE;
+
 -- name: lab_bystanders
 -- Two jobs another worker runs under live leases, beside a schedule's job: ids and tokens the lowest and
 -- the highest a uuid can be, so that an owner's write matching its job or claim by `<`, `<=`, `>`, `>=`

@@ -154,7 +154,7 @@ SELECT * FROM claimed ORDER BY run_at, id;
 -- on (a sequence numbers the claims, so none waits for another to take its turn). So a tenant's backlog
 -- cannot hold back another tenant's job: a claim of L jobs reaches any waiting tenant within K claims
 -- (K tenants with due work), however long the queues. Work-conserving: slots no other tenant can fill
--- go to the tenants with more due. Leases that ran out are taken first, as in job_claim_due_skip_locked;
+-- go to the tenants with more due, and slots racing claims leave empty to the oldest due jobs. Leases that ran out are taken first, as in job_claim_due_skip_locked;
 -- still one statement, locked rows skipped, leased and fenced alike.
 WITH RECURSIVE tenant_steps AS (
     -- Stepping from one tenant with a due job to the next in jobs_pending_tenant_run_at: one probe per
@@ -205,7 +205,7 @@ WITH RECURSIVE tenant_steps AS (
     ORDER BY lease_expires_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), due AS (
+), chosen AS (
     -- Each tenant's first before anyone's second, in the round's order.
     SELECT id, status, lease_token FROM (
         SELECT id, status, lease_token, 0 AS nth, 0 AS place FROM lapsed
@@ -213,6 +213,23 @@ WITH RECURSIVE tenant_steps AS (
         SELECT id, status, lease_token, nth, place FROM offered
     ) AS candidates
     ORDER BY nth, place
+    LIMIT %(limit)s
+), spare AS (
+    -- The slots the round left empty, given to the oldest due jobs of anyone. The round leaves one empty
+    -- only when racing claims hold the served tenants' due jobs; without this a claim could come back
+    -- empty while another tenant's jobs wait. Nothing is read or locked when no slot is empty.
+    SELECT id, status, lease_token FROM jobs
+    WHERE status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now())
+      AND id NOT IN (SELECT id FROM offered)
+    ORDER BY run_at, id
+    LIMIT (SELECT %(limit)s - count(*) FROM chosen)
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    -- (The LIMIT changes nothing here but tells the planner how few rows to expect: it then updates them
+    -- through the primary key instead of reading the whole table into a hash.)
+    SELECT id, status, lease_token FROM chosen
+    UNION ALL
+    SELECT id, status, lease_token FROM spare
     LIMIT %(limit)s
 -- include: take_the_due_jobs
 

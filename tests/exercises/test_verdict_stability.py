@@ -46,7 +46,8 @@ RIGHT_SPELLINGS = {
                   ("COUNTDOWN", "ONE_AT_A_TIME", "CONTRACT")},
     "sync-standby": test_sync_standby_exercise.RIGHT,
     "fairness": {"mod": test_fairness_exercise.WITH_MOD, "jump-by-claim-size": test_fairness_exercise.JUMP_BY_CLAIM,
-                 "no-key-lock": test_fairness_exercise.NO_KEY_LOCK},
+                 "no-key-lock": test_fairness_exercise.NO_KEY_LOCK,
+                 "one-each-then-oldest": test_fairness_exercise.ONE_EACH_THEN_OLDEST},
 }
 ANSWERS = [(name, "reference", exercises.get(name).reference, DEFAULT_SEEDS) for name in exercises.EXERCISES] + [
     (name, label, text, 1) for name, spellings in RIGHT_SPELLINGS.items() for label, text in spellings.items()]

@@ -4,18 +4,20 @@ above the first-in-first-out `due` of job_claim_due_skip_locked, which is what s
 off; the reference is the shipped job_claim_due_fair. Both are made from sql/queue.sql, so the exercise
 cannot drift from the queue it grades.
 
-The forced schedules, one claimer so that nothing but the claim decides: one claim over a job in every
-state (the fair claim must still take only due jobs, and lapsed leases); exercise 03's interleavings of
-claims at the same moment (the lock); rounds of claims of one and of three jobs over four tenants, one of
-which floods, with a fifth appearing mid-run and leaving again and a sixth whose jobs are all still ahead
-(not waiting, so it has no place in a round), where every claim is judged against what
-was due before it (a tenant waiting longer than one round, a tenant's second job before another's first,
-fewer jobs than asked while more were due); a lone tenant's claim (work-conserving); and the plan of a
-claim over a backlog of BACKLOG jobs, rows of `jobs` read counted (no scan of anyone's backlog).
+The forced schedules: one claim over a job in every state (only due jobs taken, lapsed leases still
+taken, with leases on and off); exercise 03's interleavings of claims at the same moment, over due jobs and
+over lapsed leases (the fair claim locks in both places); rounds of claims of one and of three jobs by one
+claimer, so that nothing but the claim decides, over four tenants (one flooding), a fifth arriving mid-run
+and leaving again, and two whose jobs are all still ahead (not waiting, so without a place in a round),
+every claim judged against what was due before it (a tenant waiting past its bound, a tenant's second job
+before another's first, fewer jobs than asked while more were due); a lone tenant's claim, and claims
+while a racing claim holds one tenant's jobs (work-conserving, alone and under contention); and the plan
+of a claim over a backlog of BACKLOG jobs and QUIET tenants, rows of `jobs` read counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import Counter
@@ -50,8 +52,9 @@ HEADER = """-- Exercise 11, fairness. Make the claim take the due jobs tenant by
 --   1. every tenant with due work gets its oldest due job before any tenant gets a second;
 --   2. each claim starts its round one tenant further on, so that with claims of one job every tenant
 --      with due work is served once in every K claims (K tenants waiting), whatever the backlogs;
---   3. a claim still takes as many jobs as it asks for whenever that many are due (a lone tenant gets
---      them all: work-conserving);
+--   3. a claim still takes as many jobs as it asks for whenever that many are due and free (a lone
+--      tenant gets them all; when racing claims hold the jobs of the tenants this round serves, other
+--      tenants' fill the slots: work-conserving);
 --   4. each job is still locked for one claimer, rows another claimer holds skipped (exercise 03), and
 --      a RUNNING job whose lease ran out is still taken, first (exercise 04: the starter's second branch);
 --   5. no claim reads anyone's whole backlog: a few rows per tenant, through the index
@@ -100,7 +103,8 @@ WHY = ("`waiting` numbers the tenants with due work (K of them); the claim's `tu
        "served tenant's oldest due jobs through the index (tenant, run_at, id), locked, locked rows skipped: two "
        "claims racing for one tenant take its first and its second. Numbering each tenant's jobs (nth) and "
        "taking ORDER BY nth, place gives every tenant its first before anyone's second, and fills the claim "
-       "from the tenants with more when others have none left (work-conserving). Leases that ran out are "
+       "from the tenants with more when others have none left; slots still empty, because racing claims hold "
+       "the served tenants' jobs, go to the oldest due jobs of anyone (work-conserving). Leases that ran out are "
        "taken first, as in the first-in-first-out claim: they were someone's turn already. Fair by count of "
        "jobs, not by their cost: a tenant whose jobs take ten times as long gets ten times the worker time.")
 
@@ -114,13 +118,17 @@ HINTS = (
     "(SELECT id, status, lease_token, run_at FROM jobs WHERE jobs.tenant = served.tenant AND status = "
     "'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now()) ORDER BY run_at, id LIMIT %(limit)s "
     "FOR UPDATE SKIP LOCKED).",
-    "Number each tenant's jobs, row_number() OVER (PARTITION BY tenant ORDER BY run_at, id) AS nth, and make "
-    "`due` the lapsed leases (the starter's second branch on its own, FOR UPDATE SKIP LOCKED, with nth 0) and "
-    "those jobs together: ORDER BY nth, place LIMIT %(limit)s. job_claim_due_fair in sql/queue.sql is the "
-    "queue's own.",
+    "Number each tenant's jobs, row_number() OVER (PARTITION BY tenant ORDER BY run_at, id) AS nth, and take "
+    "the lapsed leases (the starter's second branch on its own, FOR UPDATE SKIP LOCKED, with nth 0) and those "
+    "jobs together: ORDER BY nth, place LIMIT %(limit)s. Slots left empty (racing claims held the served "
+    "tenants' jobs) go to the oldest due jobs of anyone, FOR UPDATE SKIP LOCKED, LIMIT (SELECT %(limit)s - "
+    "count(*) FROM the ones taken). job_claim_due_fair in sql/queue.sql is the queue's own.",
 )
 
 MECHANISMS = Mechanisms()  # stage 11's switches: every mechanism on
+# The switches the domain of job states is claimed under: exercise 03's, and leases off too (the fair claim
+# runs wherever fairness is on, and a learner may switch leases off beside it).
+SWITCHES = (*skip_locked.SWITCHES, (False, True))
 
 
 def load(text: str) -> Pieces:
@@ -133,44 +141,52 @@ FLOOD = "tenant-a"
 BACKLOGS = {FLOOD: 100, "tenant-b": 40, "tenant-c": 40, "tenant-d": 40}
 LATE = "tenant-e"
 LATE_JOBS = 3
-# A tenant whose jobs are all still ahead (a retry's backoff): not waiting, so it has no place in a round.
-AHEAD = "tenant-f"
+# Tenants whose jobs are all still ahead (a retry's backoff): not waiting, so they have no place in a round.
+# One first by name, where the search for the tenants waiting starts, one between two waiting tenants.
+AHEAD = ("retrying", "tenant-b-retrying")
 AHEAD_JOBS = 5
 # (jobs per claim, claims, after which claim the late tenant's jobs arrive)
 ROUNDS = ((1, 80, 60), (3, 20, 8))
+HELD_JOBS = 2  # tenant-a's due jobs a racing claim holds, while tenant-b's wait for HELD_CLAIMS claims
+HELD_CLAIMS = 4
 LONE = 6  # a lone tenant's due jobs, a claim of LONE_CLAIM of them
 LONE_CLAIM = 4
-BACKLOG = 5000  # the flood's backlog under the plan's count, beside one job each of two others
+BACKLOG = 5000  # the flood's backlog under the plan's count, beside QUIET tenants of QUIET_JOBS each
+QUIET = 100
+QUIET_JOBS = 3
 BACKLOG_CLAIM = 2
-# Rows of `jobs` a claim of BACKLOG_CLAIM over three tenants may read: the shipped claim reads 7 here (a
-# probe per tenant waiting, the jobs it offers, the rows it updates); one that reads the flood's backlog
-# reads thousands.
-READS_ALLOWED = 100
+# Rows of `jobs` a claim of BACKLOG_CLAIM may read: a probe per tenant waiting, and a few per job it asks
+# for. The shipped claim reads QUIET + 7 here (the probes, the jobs it offers, the rows it updates); one
+# that reads the flood's backlog reads thousands, one that offers every tenant's jobs (not only the
+# served ones') hundreds more.
+READS_ALLOWED = QUIET + 1 + 10 * BACKLOG_CLAIM
 
 
 async def direct(pieces: Pieces, seed: int) -> list[Check]:
     """Forced on a scratch database, in order: the domain of job states (as exercises 03 and 04 check it);
     exercise 03's claims at the same moment, while another holds, while another reads; rounds of claims
-    over four tenants, a late fifth and one with jobs only ahead (claims of one, then of three); a lone
-    tenant's claim; the plan's rows read over a backlog."""
+    over four tenants, a late fifth and two with jobs only ahead (claims of one, then of three); a lone
+    tenant's claim; claims while a racing claim holds one tenant's jobs; the plan's rows read over a backlog."""
     claim = pieces.queue_queries[QUERY]
     async with schedules.scratch(MECHANISMS) as scratch:
         # SQL PostgreSQL refuses is said at the learner's line before any schedule runs it.
         await learner_code.try_queries({QUERY: claim}, FILENAME, scratch.url, TRY_PARAMS)
         runs = [await schedules.claim_over_every_state(scratch, claim, reclaim, enforce)
-                for reclaim, enforce in skip_locked.SWITCHES]
-        await scratch.run("lab_jobs_clear")
-        same_moment = await skip_locked.read_at_the_same_moment(scratch, claim)
-        await scratch.run("lab_jobs_clear")
-        held = await skip_locked.claimed_while_another_holds(scratch, claim)
-        await scratch.run("lab_jobs_clear")
-        shared = await skip_locked.claimed_while_another_reads(scratch, claim)
+                for reclaim, enforce in SWITCHES]
+        locks = []
+        for layout in (skip_locked.DUE, skip_locked.LAPSED):  # the fair claim locks in two places
+            await scratch.run("lab_jobs_clear")
+            locks += await skip_locked.read_at_the_same_moment(scratch, claim, layout)
+            await scratch.run("lab_jobs_clear")
+            locks.append(await skip_locked.claimed_while_another_holds(scratch, claim, layout))
+            await scratch.run("lab_jobs_clear")
+            locks.append(await skip_locked.claimed_while_another_reads(scratch, claim, layout))
         rounds = [await _rounds(scratch, claim, per_claim, claims, late_after)
                   for per_claim, claims, late_after in ROUNDS]
         lone = await _lone_tenant(scratch, claim)
+        held = await _one_tenant_held(scratch, claim)
         reads = await _rows_read(scratch, claim)
-    return [*schedules.domain_checks(runs, closing=True), *same_moment, held, shared, *_round_checks(rounds), lone,
-            reads]
+    return [*schedules.domain_checks(runs, closing=True), *locks, *_round_checks(rounds), lone, held, reads]
 
 
 @dataclass
@@ -194,8 +210,10 @@ async def _rounds(scratch: schedules.Scratch, claim: str, per_claim: int, claims
         rows = await scratch.run("lab_jobs_backlog", {"tenant": tenant, "n": n, "ago_seconds": 600 - 60 * ago})
         tenant_of |= {row["id"]: tenant for row in rows}
         due[tenant] += n
-    rows = await scratch.run("lab_jobs_backlog", {"tenant": AHEAD, "n": AHEAD_JOBS, "ago_seconds": -schedules.HOUR})
-    tenant_of |= {row["id"]: AHEAD for row in rows}
+    for tenant in AHEAD:
+        rows = await scratch.run("lab_jobs_backlog", {"tenant": tenant, "n": AHEAD_JOBS,
+                                                      "ago_seconds": -schedules.HOUR})
+        tenant_of |= {row["id"]: tenant for row in rows}
     result = Rounds(per_claim, late_after)
     # Per tenant with due work, since it was last served: others' jobs claimed, the most tenants waiting, and
     # how often the set of tenants waiting changed (a tenant arriving or running out moves every other
@@ -271,13 +289,44 @@ async def _lone_tenant(scratch: schedules.Scratch, claim: str) -> Check:
                  "workers idle while jobs wait", wrong)
 
 
+async def _one_tenant_held(scratch: schedules.Scratch, claim: str) -> Check:
+    """Tenant-a's HELD_JOBS due jobs held by a racing claim (its transaction open), tenant-b's 2 × HELD_CLAIMS
+    due: each of claimer B's HELD_CLAIMS claims of one must take one of tenant-b's, whichever tenant its
+    turn starts with. A round that serves only tenant-a comes back empty while tenant-b's jobs wait."""
+    await scratch.run("lab_jobs_clear")
+    held_ids = [row["id"] for row in await scratch.run("lab_jobs_backlog", {"tenant": FLOOD, "n": HELD_JOBS,
+                                                                            "ago_seconds": 120})]
+    await scratch.run("lab_jobs_backlog", {"tenant": "tenant-b", "n": 2 * HELD_CLAIMS, "ago_seconds": 60})
+    wrong = []
+    async with (await scratch.connect(autocommit=False) as racing, await scratch.connect() as conn):
+        await racing.execute(schedules.lab_query("lab_jobs_hold"), {"ids": held_ids})
+        for number in range(1, HELD_CLAIMS + 1):
+            said = {"claim": f"claim {number} of 1"}
+            task = asyncio.create_task(schedules.claim_once(conn, claim, worker_id="claimer-B", limit=1,
+                                                            reclaim_expired=True, enforce_budget=True))
+            if await schedules.waiting_or_done(scratch, {"claimer-B": (task, conn.info.backend_pid)},
+                                               holders={racing.info.backend_pid: "the racing claim"}):
+                await racing.rollback()  # let it go, so that the claim ends
+                wrong.append(said | {"claimer B": "waited for the racing claim's lock"})
+                await schedules.outcome(task)
+                break
+            taken, failed = await schedules.outcome(task)
+            if failed or len(taken) != 1 or taken[0]["id"] in held_ids:
+                wrong.append(said | {"took": failed or f"{len(taken or ())} jobs", "while": f"a racing claim held "
+                                     f"{FLOOD}'s {HELD_JOBS} due jobs and tenant-b's waited"})
+        await racing.rollback()
+    return Check("a claim skips a tenant whose due jobs racing claims hold, and fills its slots with other tenants' "
+                 "(work-conserving under contention: a claim never comes back empty while jobs it could take "
+                 "wait)", wrong)
+
+
 async def _rows_read(scratch: schedules.Scratch, claim: str) -> Check:
-    """A claim of BACKLOG_CLAIM over the flood's BACKLOG jobs and one job each of two other tenants, run under
-    EXPLAIN ANALYZE and rolled back: the rows of `jobs` its plan read, counted from the plan's own figures."""
+    """A claim of BACKLOG_CLAIM over the flood's BACKLOG jobs and QUIET other tenants' QUIET_JOBS each, run
+    under EXPLAIN ANALYZE and rolled back: the rows of `jobs` its plan read, from the plan's own figures."""
     await scratch.run("lab_jobs_clear")
     await scratch.run("lab_jobs_backlog", {"tenant": FLOOD, "n": BACKLOG, "ago_seconds": 600})
-    for tenant in ("tenant-b", "tenant-c"):
-        await scratch.run("lab_jobs_backlog", {"tenant": tenant, "n": 1, "ago_seconds": 60})
+    for n in range(QUIET):
+        await scratch.run("lab_jobs_backlog", {"tenant": f"quiet-{n:03d}", "n": QUIET_JOBS, "ago_seconds": 60})
     await scratch.run("lab_jobs_analyze")
     async with await scratch.connect(autocommit=False) as conn:
         cursor = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim, {  # noqa: S608 (the claim under test)
@@ -285,12 +334,13 @@ async def _rows_read(scratch: schedules.Scratch, claim: str) -> Check:
         (plan,) = await cursor.fetchone()
         await conn.rollback()
     read = rows_of_jobs_read(plan if isinstance(plan, list) else json.loads(plan))
-    wrong = [] if read <= READS_ALLOWED else [{"jobs due": f"{BACKLOG + 2} ({BACKLOG} of {FLOOD}'s, one each of "
-                                                            "tenant-b and tenant-c)", "claim of": BACKLOG_CLAIM,
-                                              "rows of jobs read": read, "allowed": READS_ALLOWED}]
-    return Check("a claim reads a few rows per tenant, never anyone's whole backlog (the tenants with due work are "
-                 "`waiting`, one index probe each; a tenant's oldest jobs are read through the index in order)",
-                 wrong)
+    wrong = [] if read <= READS_ALLOWED else [
+        {"jobs due": f"{BACKLOG + QUIET * QUIET_JOBS} ({BACKLOG} of {FLOOD}'s, {QUIET_JOBS} each of {QUIET} others)",
+         "claim of": BACKLOG_CLAIM, "rows of jobs read": read,
+         "allowed": f"{READS_ALLOWED} (a probe per tenant, 10 per job asked for)"}]
+    return Check("a claim reads a probe per tenant waiting and a few rows per job it takes: never anyone's whole "
+                 "backlog (`waiting` finds the tenants, one index probe each), nor the jobs of tenants it does not "
+                 "serve", wrong)
 
 
 def rows_of_jobs_read(plan: list[dict]) -> int:

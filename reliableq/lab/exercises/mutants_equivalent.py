@@ -36,6 +36,37 @@ _CLAIM_EQUIVALENT = {
     _CLAIM + "claimed: `now()` -> clock_timestamp() #2": "a right answer: updated_at (and the claim's claimed_at) from "
                                                     "another clock read",
 }
+_FAIR = "job_claim_due_fair: "
+_NEAREST = ("inside the subquery an unqualified column is its own FROM's (`later`, the jobs row probed): "
+            "tenant_steps has no such column, so the name means what `later.` says")
+_BOUNDARY = ("the boundary instant only: a job due at exactly the claim's now() is taken by the next claim a moment "
+             "later (as in the first-in-first-out claim)")
+# The fair claim's mutants that behave as the reference does: its own parts, then the end it shares with the
+# first-in-first-out claim (expired, claimed), whose reasons are that claim's.
+_FAIR_EQUIVALENT = {
+    _FAIR + "tenant_steps: `run_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <": _BOUNDARY,
+    _FAIR + "tenant_steps: `later.run_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <": _BOUNDARY,
+    _FAIR + "offered: `jobs.run_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <": _BOUNDARY,
+    _FAIR + "lapsed: `lease_expires_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <":
+        "as run_at's `<= -> <`: a lease that runs out at exactly the claim's now() is reclaimed a moment later",
+    _FAIR + "tenant_steps: `later.status = 'PENDING'`: `later.status` -> `status`": _NEAREST,
+    _FAIR + "tenant_steps: `later.run_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: `later.run_at` -> "
+            "`run_at`": _NEAREST,
+    _FAIR + "tenant_steps: `now()` -> clock_timestamp()": "a right answer: another clock read (issue 22, item 5)",
+    _FAIR + "tenant_steps: `now()` -> clock_timestamp() #2": "a right answer: another clock read (issue 22, item 5)",
+    _FAIR + "offered: `now()` -> clock_timestamp()": "a right answer: another clock read (issue 22, item 5)",
+    _FAIR + "lapsed: `now()` -> clock_timestamp()": "a right answer: another clock read (issue 22, item 5)",
+    _FAIR + "offered: lock FOR UPDATE SKIP LOCKED -> FOR NO KEY UPDATE SKIP LOCKED":
+        "a right answer: FOR NO KEY UPDATE conflicts with itself, so claimers still exclude each other, and skip "
+        "each other's rows",
+    _FAIR + "lapsed: lock FOR UPDATE SKIP LOCKED -> FOR NO KEY UPDATE SKIP LOCKED":
+        "a right answer: FOR NO KEY UPDATE conflicts with itself, so claimers still exclude each other, and skip "
+        "each other's rows",
+    _FAIR + "lapsed: `status = 'RUNNING'`: = -> >=":
+        "admits SUCCEEDED too, whose lease_expires_at job_succeed always sets NULL: never `<= now()`",
+    **{_FAIR + description.removeprefix(_CLAIM): reason for description, reason in _CLAIM_EQUIVALENT.items()
+       if description.startswith((_CLAIM + "expired: ", _CLAIM + "claimed: "))},
+}
 _TOKEN_NAMES_THE_JOB = ("the token names the claim: every claim writes a fresh gen_random_uuid() (unique on "
                         "record in job_attempts), so the token condition alone picks this one job")
 _WRITTEN_ONCE = ("only the same claim writing again after its own finalize won meets it (the token is still the "
@@ -200,6 +231,7 @@ EQUIVALENT: dict[str, dict[str, str]] = {
         **_CLAIM_EQUIVALENT,
     },
     "leases": _CLAIM_EQUIVALENT,  # the same claim, its reclaim always on
+    "fairness": _FAIR_EQUIVALENT,
     "sync-standby": {
         "api_session: synchronous_commit on -> remote_apply":
             "a right answer: the commit waits longer (until the standby has replayed the WAL, not only flushed "

@@ -87,6 +87,13 @@ class Scratch:
         self.labels |= {str(job_id): f"job-{len(self.labels) + 1 + i}" for i, job_id in enumerate(ids)}
         return ids
 
+    async def lapse(self, ids: list[uuid.UUID]) -> None:
+        """Each job RUNNING under worker-0's claim, its lease run out an hour ago, one attempt of five left."""
+        for job_id in ids:
+            await self.run("lab_job_put", {"job_id": job_id, "status": "RUNNING", "attempts": 1, "max_attempts": 5,
+                                           "run_in_seconds": -HOUR, "lease_in_seconds": RAN_OUT,
+                                           "worker_id": "worker-0", "lease_token": None, "outcome": None})
+
     async def run_out(self, job: Job, ago_seconds: float = HOUR) -> None:
         """The lease of `job` (a claim) ran out `ago_seconds` ago, written rather than waited for."""
         await self.run("lab_job_lease_run_out", {"lease_token": job.lease_token, "ago_seconds": ago_seconds})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 import psycopg
 
@@ -118,30 +119,51 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
     return [*schedules.domain_checks(runs, closing=True), *same_moment, held, shared]
 
 
-async def _claim(conn: psycopg.AsyncConnection, claim: str, worker_id: str, limit: int) -> list[dict]:
-    return await schedules.claim_once(conn, claim, worker_id=worker_id, limit=limit, reclaim_expired=False,
+@dataclass(frozen=True)
+class Layout:
+    """The jobs a schedule of claims meets: due PENDING jobs, or RUNNING jobs whose leases ran out (which a
+    claim takes with reclaim_expired: the fair claim reads those in a branch, and locks, of their own)."""
+
+    detail: str  # how the checks name the jobs, after "jobs"
+    lapsed: bool = False
+
+    async def lay_out(self, scratch: schedules.Scratch, n: int) -> list:
+        ids = await scratch.submit(n)
+        if self.lapsed:
+            await scratch.lapse(ids)
+        return ids
+
+
+DUE = Layout("")
+LAPSED = Layout(" whose leases ran out", lapsed=True)
+
+
+async def _claim(conn: psycopg.AsyncConnection, claim: str, worker_id: str, limit: int,
+                 layout: Layout) -> list[dict]:
+    return await schedules.claim_once(conn, claim, worker_id=worker_id, limit=limit, reclaim_expired=layout.lapsed,
                                       enforce_budget=False, lease_seconds=LEASE_SECONDS)
 
 
-async def read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> list[Check]:
+async def read_at_the_same_moment(scratch: schedules.Scratch, claim: str, layout: Layout = DUE) -> list[Check]:
     """Four claims of two, eight due jobs: each claim reads (and locks, as it locks) its rows, then waits
     at the barrier at its first update, until every claim has returned or waits; then all go on. A lock
     that claimers can share lets two of them read the same rows here: one then waits for the other's
     update, and either both take the job or they deadlock."""
-    ids = await scratch.submit(len(CLAIMERS) * PER_CLAIM)
+    ids = await layout.lay_out(scratch, len(CLAIMERS) * PER_CLAIM)
     labels = job_labels(ids)
     async with AsyncExitStack() as stack:
         conns = {name: await stack.enter_async_context(await scratch.connect()) for name in CLAIMERS}
         async with schedules.barrier(scratch):
-            statements = {name: (asyncio.create_task(_claim(conn, claim, name, PER_CLAIM)), conn.info.backend_pid)
-                          for name, conn in conns.items()}
+            statements = {name: (asyncio.create_task(_claim(conn, claim, name, PER_CLAIM, layout)),
+                                 conn.info.backend_pid) for name, conn in conns.items()}
             waits = await schedules.waiting_or_done(scratch, statements)
         outcomes = {name: await schedules.outcome(task) for name, (task, _) in statements.items()}
     taken = {name: [row["id"] for row in rows or ()] for name, (rows, _) in outcomes.items()}
     by_job = {job_id: [name for name, jobs in taken.items() if job_id in jobs] for job_id in ids}
     attempts = {job_id: (await scratch.shipped.get(job_id)).attempts for job_id in ids}
     twice = [{"job": labels[str(job_id)], "A": attempts[job_id], "claimed by": " and ".join(names) or "none"}
-             for job_id, names in by_job.items() if len(names) > 1 or attempts[job_id] > 1]
+             for job_id, names in by_job.items()
+             if len(names) > 1 or attempts[job_id] > 1 + layout.lapsed]  # a lapsed job was worker-0's first
     stalled = [{"claimer": name, "waited for": " and ".join(others)} for name, others in waits.items()]
     stalled += [{"claimer": name, "failed": failed} for name, (_, failed) in outcomes.items() if failed]
     counts = [{"claimer": name, "asked for": PER_CLAIM, "took": len(jobs)} for name, jobs in taken.items()
@@ -149,20 +171,21 @@ async def read_at_the_same_moment(scratch: schedules.Scratch, claim: str) -> lis
     if not twice and not stalled and not counts and sum(map(len, taken.values())) < len(ids):
         counts.append({"claimers": len(CLAIMERS), "each asked for": PER_CLAIM, "jobs due": len(ids),
                        "taken in all": sum(map(len, taken.values()))})
-    said = f"{len(CLAIMERS)} claims that read the due jobs at the same moment"
+    said = f"{len(CLAIMERS)} claims that read the {'jobs' + layout.detail if layout.lapsed else 'due jobs'} at the " \
+           "same moment"
     return [Check(f"{said} take different jobs: none is claimed twice", twice),
             Check(f"{said} neither wait for each other nor fail", stalled),
             Check(f"{said} each take at most the {PER_CLAIM} jobs asked for, and together every due job", counts)]
 
 
-async def claimed_while_another_holds(scratch: schedules.Scratch, claim: str) -> Check:
+async def claimed_while_another_holds(scratch: schedules.Scratch, claim: str, layout: Layout = DUE) -> Check:
     """Four due jobs: claimer A claims two and holds its transaction open; claimer B asks for two while A
     holds them, and must return at once with the other two; then A commits."""
-    ids = await scratch.submit(4)
+    ids = await layout.lay_out(scratch, 4)
     labels = job_labels(ids)
     async with (await scratch.connect(autocommit=False) as held, await scratch.connect() as other):
-        taken_by_a = {row["id"] for row in await _claim(held, claim, "claimer-A", 2)}
-        b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2))
+        taken_by_a = {row["id"] for row in await _claim(held, claim, "claimer-A", 2, layout)}
+        b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2, layout))
         waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
                                                 holders={held.info.backend_pid: "claimer-A"})
         await held.commit()
@@ -182,22 +205,22 @@ async def claimed_while_another_holds(scratch: schedules.Scratch, claim: str) ->
     if not wrong and len(taken_by_b - taken_by_a) < min(2, len(ids) - len(taken_by_a)):
         wrong.append({"claimer B asked for": 2, "took": named(taken_by_b), "while A held": named(taken_by_a),
                       "jobs due": len(ids)})
-    return Check("while claimer A's claim holds two jobs (its transaction open), claimer B's claim skips them: it "
-                 "takes the other two at once, neither waiting nor failing", wrong)
+    return Check(f"while claimer A's claim holds two jobs{layout.detail} (its transaction open), claimer B's claim "
+                 "skips them: it takes the other two at once, neither waiting nor failing", wrong)
 
 
-async def claimed_while_another_reads(scratch: schedules.Scratch, claim: str) -> Check:
+async def claimed_while_another_reads(scratch: schedules.Scratch, claim: str, layout: Layout = DUE) -> Check:
     """Four due jobs: claimer A has read the first two with a lock claimers share (FOR SHARE) and not yet
     written them, as a claim whose lock can be shared stands between its read and its update; claimer B
     asks for two, and must pass over A's and take the other two at once. Started together, two such
     claims meet here only when PostgreSQL happens to run both reads before either update (the plan reads
     `due` lazily, a row at a time): held open here, they meet every time. A lock claimers can share
     (FOR SHARE, FOR KEY SHARE, none) takes A's jobs and then waits for A."""
-    ids = await scratch.submit(4)
+    ids = await layout.lay_out(scratch, 4)
     labels = job_labels(ids)
     async with (await scratch.connect(autocommit=False) as held, await scratch.connect() as other):
         await held.execute(schedules.lab_query("lab_jobs_hold_shared"), {"ids": ids[:2]})
-        b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2))
+        b_claim = asyncio.create_task(_claim(other, claim, "claimer-B", 2, layout))
         waits = await schedules.waiting_or_done(scratch, {"claimer-B": (b_claim, other.info.backend_pid)},
                                                 holders={held.info.backend_pid: "claimer-A"})
         await held.rollback()
@@ -218,9 +241,9 @@ async def claimed_while_another_reads(scratch: schedules.Scratch, claim: str) ->
     if not wrong and len(taken_by_b - read_by_a) < 2:
         wrong.append({"claimer B asked for": 2, "took": named(taken_by_b), "while A had read": named(read_by_a),
                       "jobs due": len(ids)})
-    return Check("while claimer A has read two jobs with a lock claimers share (FOR SHARE) and not yet written "
-                 "them, claimer B's claim passes over them: your lock must be one no other claim's read can "
-                 "share, so B takes the other two at once", wrong)
+    return Check(f"while claimer A has read two jobs{layout.detail} with a lock claimers share (FOR SHARE) and not "
+                 "yet written them, claimer B's claim passes over them: your lock must be one no other claim's read "
+                 "can share, so B takes the other two at once", wrong)
 
 
 async def try_claim(pieces: Pieces, filename: str) -> None:
