@@ -2,8 +2,9 @@
 
 Each scenario runs its points through `Bench.measure`, which times them, gates them and keeps failed
 runs apart. Ingestion is `reliableq.bench.ingest`, retention `reliableq.bench.retention`, the standby's
-cost and a failover's gap `reliableq.bench.standby`; execution,
-latency, kill -9 recovery, retry amplification, idempotency, DEAD and the semaphore are here.
+cost and a failover's gap `reliableq.bench.standby`, the fair claim's cost and a quiet tenant beside a
+flood `reliableq.bench.fairness`; execution, latency, kill -9
+recovery, retry amplification, idempotency, DEAD and the semaphore are here.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import httpx
 
 from reliableq.bench import peers
 from reliableq.bench.fairness import CLAIM_SIZE as FAIR_CLAIM_SIZE
+from reliableq.bench.fairness import FLOOD_PERMITS, FLOOD_WORKERS, QUIET_TENANT, fairness, quiet_tenant
 from reliableq.bench.fairness import TENANTS as FAIR_TENANTS
-from reliableq.bench.fairness import fairness
 from reliableq.bench.gate import UNCHARGED_CHECK, WAIVED_WHEN_OFF, gate
 from reliableq.bench.ingest import INGEST_VIAS, ingest
 from reliableq.bench.peer_runners import PICKUP
@@ -299,6 +300,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("fairness", f"one claim of {FAIR_CLAIM_SIZE} jobs over the profile's backlog shared by 1, 10 and "
              "1,000 tenants: first in first out, and fair (reliableq/bench/fairness.py)",
              lambda p: len(FAIR_TENANTS), fairness),
+    Scenario(QUIET_TENANT, f"one tenant's backlog (the profile's flood) drained by {FLOOD_WORKERS} worker processes "
+             f"of {FLOOD_PERMITS} permits while a quiet tenant submits one no-op job at a time on a seeded schedule: "
+             "milliseconds from each quiet job's insert to its claim (p50, p99), first in first out and fair "
+             "(reliableq/bench/fairness.py)", lambda p: 2, quiet_tenant),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
              "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
              "each in-process in its own process (reliableq/bench/peers.py)",

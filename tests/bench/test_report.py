@@ -74,6 +74,23 @@ def test_the_report_says_plainly_where_a_peer_is_ahead():
     assert "**Where a peer is ahead:** nowhere in this run" in markdown(calm, [])
 
 
+def test_the_quiet_tenant_figures_are_set_fair_beside_fifo():
+    result = _result()
+    result.runs += [RunResult("quiet-tenant", point, {"fairness": fair, "flood_jobs": 5000, "quiet_jobs": 20,
+                                                      "workers": 2, "permits": 4}, "pickup_p50_ms",
+                              {"pickup_p50_ms": p50, "pickup_p99_ms": p99, "claims_ahead_max": ahead,
+                               "jobs_per_second": 800.0, "fair_bound_claims": 8}, passed=True)
+                    for point, fair, p50, p99, ahead in (("FIFO", False, 4000.0, 6000.0, 1200), ("fair", True, 4.0,
+                                                                                                  12.0, 1))]
+    quiet = tables.fairness_summary(result)["quiet_tenant"]
+    assert (quiet["flood_jobs"], quiet["fair_bound_claims"]) == (5000, 8)
+    rows = {r["metric"]: r for r in quiet["rows"]}
+    assert (rows["pickup_p50_ms"]["fair_over_fifo"], rows["pickup_p99_ms"]["fair_over_fifo"]) == (0.001, 0.002)
+    text = markdown(result, [])
+    assert "| quiet job's pickup p50, ms | 4,000 | 4 | 0.00 |" in text
+    assert "| most claims ahead of a quiet job | 1,200 | 1 | 0.00 |" in text
+
+
 def test_charged_jobs_stand_on_their_own_beside_our_no_op_jobs():
     rows = tables.charged_rows(_result())
     assert [(r["scenario"], r["point"], r["noop_per_second"], r["share_of_noop"]) for r in rows] == [
