@@ -155,8 +155,8 @@ def mechanism_lines(costs: dict[str, Any] | None) -> list[str]:
 
 
 def fairness_lines(fairness: dict[str, Any] | None) -> list[str]:
-    """The report's section on the fair claim: one claim's time and a quiet tenant's pickup beside a flood,
-    each fair beside first in first out (nothing when neither ran)."""
+    """The report's section on the fair claim: one claim's time, no-op jobs of one tenant, and a quiet
+    tenant's pickup beside a flood, each fair beside first in first out (nothing when none of them ran)."""
     if fairness is None:
         return []
     lines = ["", "## What a fair claim costs, and what it buys", "",
@@ -168,6 +168,14 @@ def fairness_lines(fairness: dict[str, Any] | None) -> list[str]:
         lines += _table(["tenants", "pending", "FIFO ms", "fair ms", "fair / FIFO"],
                         [[r["tenants"], r["pending"], r["fifo_claim_ms"], r["fair_claim_ms"],
                           _ratio(r["fair_over_fifo"])] for r in fairness["claim"]])
+    if fairness["noop"]:
+        lines += ["", "`noop` at one tenant: each point's no-op jobs, all the default tenant's, drained fair and "
+                  "first in first out, one run after the other: what the fair claim costs where there is no one "
+                  "to be fair between. Jobs/s, higher is better; single runs on a shared machine vary by more "
+                  "than the difference they are read for.", ""]
+        lines += _table(["point", "FIFO jobs /s", "fair jobs /s", "fair / FIFO"],
+                        [[r["point"], r["fifo_jobs_per_second"], r["fair_jobs_per_second"],
+                          _ratio(r["fair_over_fifo"])] for r in fairness["noop"]])
     quiet = fairness["quiet_tenant"]
     if quiet:
         lines += ["", f"`quiet-tenant`: a backlog of {quiet['flood_jobs']:,} jobs of one tenant, drained by "

@@ -96,6 +96,12 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     assert "## What a fair claim costs, and what it buys" in text
     fairness = written["fairness"]
     assert [r["tenants"] for r in fairness["claim"]] == [1, 10, 1000]
+    # Each no-op point again first in first out, set beside its fair run only (never beside a peer).
+    assert [r.point for r in result.runs if r.scenario == "noop"] == ["1x2", "1x2 FIFO"]
+    (noop,) = fairness["noop"]
+    assert noop["point"] == "1x2" and noop["fair_over_fifo"] > 0
+    assert all(r["point"] == "1x2" for r in written["ratios"] if r["scenario"] == "noop")
+    assert "`noop` at one tenant" in text
     # A quiet tenant beside a flood, FIFO then fair, on the same seeded schedule: every quiet job claimed, each
     # stored while the flood still waited, and (fair) each within the fair bound of claims: the gate held.
     quiet_runs = {r.point: r for r in result.runs if r.scenario == QUIET_TENANT}
