@@ -9,12 +9,13 @@ SELECT 'noop', '{}', 5, 'tenant-' || (n %% %(tenants)s), now() - make_interval(s
 FROM generate_series(1, %(jobs)s) AS n;
 
 -- name: job_insert_many
--- Store `jobs` identical jobs of `kind` and their `submitted` events in one statement; all are due at
--- once. run_at steps back a microsecond per job, as separate submissions would differ: equal run_at
--- values would make every claim sort the whole backlog by id (the index orders by run_at only).
+-- Store `jobs` identical jobs of `kind` for `tenant` and their `submitted` events in one statement; all
+-- are due at once. run_at steps back a microsecond per job, as separate submissions would differ: equal
+-- run_at values would make every claim sort the whole backlog by id (the index orders by run_at only).
 WITH inserted AS (
-    INSERT INTO jobs (kind, payload, max_attempts, run_at)
-    SELECT %(kind)s, %(payload)s, %(max_attempts)s, now() - make_interval(secs => (%(jobs)s - n) / 1e6)
+    INSERT INTO jobs (kind, payload, max_attempts, tenant, run_at)
+    SELECT %(kind)s, %(payload)s, %(max_attempts)s, %(tenant)s,
+           now() - make_interval(secs => (%(jobs)s - n) / 1e6)
     FROM generate_series(1, %(jobs)s) AS n
     RETURNING id
 ), event AS (

@@ -118,8 +118,8 @@ SELECT count(*) AS keys_held FROM job_submission_keys;
 
 -- name: job_first_claims
 -- Each job's first claim, in the order the claims were taken: whose job it was, when it was stored, when
--- claimed (the jobs one claim took share its claimed_at).
-SELECT jobs.id AS job_id, jobs.tenant, jobs.created_at, a.claimed_at
+-- claimed and by which worker (the jobs one claim took share its claimed_at and worker).
+SELECT jobs.id AS job_id, jobs.tenant, jobs.created_at, a.claimed_at, a.worker_id
 FROM jobs JOIN job_attempts AS a ON a.job_id = jobs.id AND a.attempt = 1
 ORDER BY a.claimed_at, a.id;
 

@@ -6,6 +6,7 @@
     ingest      the ingest scenario: over HTTP, in batches, straight into PostgreSQL
     retention   the retention scenario: no-op jobs over a large finished history, kept or pruned first
     standby     the standby scenario: a synchronous, an asynchronous and no standby; a failover's gap
+    fairness    the fairness scenarios: one claim's cost, FIFO and fair; a quiet tenant's pickup beside a flood
     stack       one run over the lab's harness, every part a real process; seeded workers, preloads
     gate        the correctness gate, from reliableq.lab.invariants
     results     samples, windows, run and bench results, the summary, the workers' time metrics

@@ -20,6 +20,7 @@ from reliableq.bench import peers
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD, Profile, batch_point_jobs
 from reliableq.bench.progress import Progress
 from reliableq.bench.results import Baseline
+from reliableq.payload import DEFAULT_TENANT
 
 _Q = sql.queries("bench")
 
@@ -93,7 +94,7 @@ async def pgbench(binary: Path, kind: str, clients: int, seconds: float) -> Base
             try:
                 async with pool.connection() as conn:
                     await conn.execute(_Q["job_insert_many"], {
-                        "payload": Jsonb(PAYLOAD), "max_attempts": 5, "kind": "noop",
+                        "payload": Jsonb(PAYLOAD), "max_attempts": 5, "kind": "noop", "tenant": DEFAULT_TENANT,
                         "jobs": int(max(2000, 15000 * seconds))})
             finally:
                 await pool.close()

@@ -1,6 +1,7 @@
 """report.md, the benchmark's results in prose and tables: the gate's verdict, ours beside the peers and
-pgbench's bound (`reliableq.bench.tables`), pickup latency, what each mechanism costs, our charged jobs,
-each scenario's points, where a job's time goes, the baselines, the failed runs and the charts."""
+pgbench's bound (`reliableq.bench.tables`), pickup latency, what each mechanism costs, what a standby
+costs, what the fair claim costs and buys, our charged jobs, each scenario's points, where a job's time
+goes, the baselines, the failed runs and the charts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from reliableq.bench.results import BenchResult, RunResult
 from reliableq.bench.scenarios import SCENARIOS
 from reliableq.bench.tables import (
     charged_rows,
-    fairness_rows,
+    fairness_summary,
     mechanism_costs,
     peers_ahead,
     pickup_rows,
@@ -83,13 +84,7 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
          for r in bounded])
     lines += mechanism_lines(mechanism_costs(result))
     lines += standby_lines(standby_rows(result))
-    fair = fairness_rows(result)
-    if fair:
-        lines += ["", "## What a fair claim costs", "", f"`fairness`: {SCENARIOS['fairness'].what}. Milliseconds "
-                  "per claim, each in a transaction rolled back so that every claim meets the same backlog.", ""]
-        lines += _table(["tenants", "pending", "FIFO ms", "fair ms", "fair / FIFO"],
-                        [[r["tenants"], r["pending"], r["fifo_claim_ms"], r["fair_claim_ms"],
-                          _ratio(r["fair_over_fifo"])] for r in fair])
+    lines += fairness_lines(fairness_summary(result))
     charged = charged_rows(result)
     if charged:
         lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
@@ -156,6 +151,41 @@ def mechanism_lines(costs: dict[str, Any] | None) -> list[str]:
                      for r in costs["rows"]])
     lines += ["", "Not switched off here: " + "; ".join(f"{name}: {why}" for name, why in
                                                         costs["not_measured"].items()) + "."]
+    return lines
+
+
+def fairness_lines(fairness: dict[str, Any] | None) -> list[str]:
+    """The report's section on the fair claim: one claim's time, no-op jobs of one tenant, and a quiet
+    tenant's pickup beside a flood, each fair beside first in first out (nothing when none of them ran)."""
+    if fairness is None:
+        return []
+    lines = ["", "## What a fair claim costs, and what it buys", "",
+             "Each figure with the fair claim (the `fairness` mechanism on) beside the same with it off (first in "
+             "first out), measured in this run; ratio = fair / FIFO."]
+    if fairness["claim"]:
+        lines += ["", f"`fairness`: {SCENARIOS['fairness'].what}. Milliseconds per claim, each in a transaction "
+                  "rolled back so that every claim meets the same backlog.", ""]
+        lines += _table(["tenants", "pending", "FIFO ms", "fair ms", "fair / FIFO"],
+                        [[r["tenants"], r["pending"], r["fifo_claim_ms"], r["fair_claim_ms"],
+                          _ratio(r["fair_over_fifo"])] for r in fairness["claim"]])
+    if fairness["noop"]:
+        lines += ["", "`noop` at one tenant: each point's no-op jobs, all the default tenant's, drained fair and "
+                  "first in first out, one run after the other: what the fair claim costs where there is no one "
+                  "to be fair between. Jobs/s, higher is better; single runs on a shared machine vary by more "
+                  "than the difference they are read for.", ""]
+        lines += _table(["point", "FIFO jobs /s", "fair jobs /s", "fair / FIFO"],
+                        [[r["point"], r["fifo_jobs_per_second"], r["fair_jobs_per_second"],
+                          _ratio(r["fair_over_fifo"])] for r in fairness["noop"]])
+    quiet = fairness["quiet_tenant"]
+    if quiet:
+        lines += ["", f"`quiet-tenant`: a backlog of {quiet['flood_jobs']:,} jobs of one tenant, drained by "
+                  f"{quiet['workers']} worker processes of {quiet['permits']} permits, while another submits "
+                  f"{quiet['quiet_jobs']} jobs one at a time (the bench's seed, the same schedule both ways). "
+                  "Pickup: milliseconds from a quiet job's insert to its claim, on PostgreSQL's clock; claims "
+                  "ahead: claims that took jobs between its becoming claimable and its own claim (the fair runs' "
+                  f"gate holds each to {_cell(quiet['fair_bound_claims'])}).", ""]
+        lines += _table(["figure", "FIFO", "fair", "fair / FIFO"],
+                        [[r["figure"], r["fifo"], r["fair"], _ratio(r["fair_over_fifo"])] for r in quiet["rows"]])
     return lines
 
 

@@ -44,6 +44,10 @@ class Profile:
     standby_jobs: int = 400  # jobs submitted and run at each replication point of the standby scenario
     fairness_pending: int = 100_000  # due jobs behind each claim the fairness scenario times
     fairness_claims: int = 40  # claims timed per claim and point
+    # The quiet-tenant scenario: one tenant's backlog of flood_jobs due at once, drained while another
+    # tenant submits quiet_jobs one by one; the schedule must end well before the drain does.
+    flood_jobs: int = 20_000
+    quiet_jobs: int = 100
     # Scenarios this profile runs only when named (--scenarios): at its sizes they would show nothing.
     left_to_full: tuple[str, ...] = ()
 
@@ -57,7 +61,7 @@ PROFILES = {
                     idempotency_requests=20, idempotency_clients=5, dead_jobs=5, semaphore_jobs=6,
                     semaphore_permits=2, semaphore_latency_seconds=0.05, pgbench_seconds=0.5, mechanism_jobs=20,
                     mechanism_processes=(2, 2), pickup_jobs=3, standby_jobs=20, fairness_pending=2_000,
-                    fairness_claims=3,
+                    fairness_claims=3, flood_jobs=1_000, quiet_jobs=5,
                     settle_seconds=60),
     # 4-5 minutes on this project's two cores while others' tests ran (3 min 58 s for the reference notebook 13
     # ships; 11 min 11 s before these sizes, 209 s of it pgqueuer's 1 s pickup times 200 jobs and 90 s
@@ -69,8 +73,8 @@ PROFILES = {
                      kill9_leases=(1.0, 3.0), retry_jobs=100, retry_rates=(0.0, 0.25, 0.5),
                      idempotency_requests=300, idempotency_clients=50, dead_jobs=200, semaphore_jobs=40,
                      semaphore_permits=4, semaphore_latency_seconds=0.1, pgbench_seconds=2.0,
-                     mechanism_jobs=1000, mechanism_processes=(2, 4), pickup_jobs=20,
-                     left_to_full=("retention",)),
+                     mechanism_jobs=1000, mechanism_processes=(2, 4), pickup_jobs=20, flood_jobs=5_000,
+                     quiet_jobs=20, left_to_full=("retention",)),
     "full": Profile("full", ingest_jobs=4000, ingest_clients=(1, 4, 8, 16, 32), execute_jobs=6000,
                     retention_history=1_000_000,
                     execute_concurrency=(1, 2, 4, 8, 16), execute_processes=((2, 8), (4, 4), (4, 8)),

@@ -18,7 +18,7 @@ from typing import Any
 from reliableq.bench.charts import write_charts
 from reliableq.bench.markdown import markdown
 from reliableq.bench.results import BenchResult, RunResult
-from reliableq.bench.tables import mechanism_costs, ratios, standby_rows
+from reliableq.bench.tables import fairness_summary, mechanism_costs, ratios, standby_rows
 
 
 def write(result: BenchResult, out_dir: Path) -> list[Path]:
@@ -27,7 +27,7 @@ def write(result: BenchResult, out_dir: Path) -> list[Path]:
     written = [out_dir / "results.json", out_dir / "runs.csv", out_dir / "baselines.csv", out_dir / "report.md"]
     (out_dir / "results.json").write_text(json.dumps(
         result.as_json() | {"ratios": ratios(result), "mechanism_costs": mechanism_costs(result),
-                            "standby": standby_rows(result)}, indent=2,
+                            "standby": standby_rows(result), "fairness": fairness_summary(result)}, indent=2,
         default=str))
     _write_runs_csv(result.runs, out_dir / "runs.csv")
     with open(out_dir / "baselines.csv", "w", newline="") as f:

@@ -52,9 +52,14 @@ def keep_in_window(samples: Iterable[Sample], window: Window) -> tuple[list[Samp
 
 
 def latency_metrics(samples: Sequence[Sample], prefix: str = "latency") -> dict[str, float]:
-    if not samples:
+    return centile_metrics([s.seconds * 1000 for s in samples], prefix)
+
+
+def centile_metrics(milliseconds: Iterable[float], prefix: str) -> dict[str, float]:
+    """`<prefix>_p50_ms`, `_p99_ms` and `_mean_ms` of `milliseconds` (none when there are none)."""
+    ms = sorted(milliseconds)
+    if not ms:
         return {}
-    ms = sorted(s.seconds * 1000 for s in samples)
     return {f"{prefix}_p50_ms": ms[len(ms) // 2], f"{prefix}_p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
             f"{prefix}_mean_ms": statistics.fmean(ms)}
 

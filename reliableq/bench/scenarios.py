@@ -2,8 +2,9 @@
 
 Each scenario runs its points through `Bench.measure`, which times them, gates them and keeps failed
 runs apart. Ingestion is `reliableq.bench.ingest`, retention `reliableq.bench.retention`, the standby's
-cost and a failover's gap `reliableq.bench.standby`; execution,
-latency, kill -9 recovery, retry amplification, idempotency, DEAD and the semaphore are here.
+cost and a failover's gap `reliableq.bench.standby`, the fair claim's cost and a quiet tenant beside a
+flood `reliableq.bench.fairness`; execution (no-op jobs fair and first in first out), latency, kill -9
+recovery, retry amplification, idempotency, DEAD and the semaphore are here.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import httpx
 
 from reliableq.bench import peers
 from reliableq.bench.fairness import CLAIM_SIZE as FAIR_CLAIM_SIZE
+from reliableq.bench.fairness import FLOOD_PERMITS, FLOOD_WORKERS, QUIET_TENANT, fairness, quiet_tenant
 from reliableq.bench.fairness import TENANTS as FAIR_TENANTS
-from reliableq.bench.fairness import fairness
 from reliableq.bench.gate import UNCHARGED_CHECK, WAIVED_WHEN_OFF, gate
 from reliableq.bench.ingest import INGEST_VIAS, ingest
 from reliableq.bench.peer_runners import PICKUP
@@ -60,16 +61,27 @@ async def _drained(bench: Bench, label: str, jobs: int, workers: int, permits: i
 
 async def _execute_points(bench: Bench, repeat: int, scenario: str, jobs: int,
                           points: Sequence[tuple[int, int]], charge_args: Sequence[str] = (),
-                          kind: str = "charge") -> None:
+                          kind: str = "charge", fairness_twins: bool = False) -> None:
+    """Each point drained with the bench's mechanisms; with `fairness_twins`, each again just after with the
+    fairness mechanism the other way (its twin, `1x4 FIFO` or `1x4 fair`), so the two claims meet the same
+    jobs on the same machine minutes apart at most. The twin runs second: a bench's first runs are its
+    coldest, so any warm-up is charged to the bench's own claim (fair, by default)."""
     waive = {UNCHARGED_CHECK: "no-op jobs have no effect"} if kind == "noop" else None
+    fair = bench.mechanisms.fairness
     for workers, permits in points:
         point = f"{workers}x{permits}"
-
-        async def body(workers=workers, permits=permits, point=point) -> Measured:
-            return await _drained(bench, f"{scenario}-{point}-{repeat}", jobs, workers, permits, kind, charge_args,
-                                  waive=waive)
-        await bench.measure(scenario, point, {"workers": workers, "permits": permits, "jobs": jobs, "kind": kind,
-                                              "charge_args": list(charge_args)}, "jobs_per_second", repeat, body)
+        params = {"workers": workers, "permits": permits, "jobs": jobs, "kind": kind,
+                  "charge_args": list(charge_args), "fairness": fair}
+        runs = [(point, bench.mechanisms, params)]
+        if fairness_twins:
+            twin = f"{point} {'FIFO' if fair else 'fair'}"
+            runs.append((twin, bench.mechanisms.with_flags(fairness=not fair),
+                         params | {"fairness": not fair, "fairness_twin_of": point}))
+        for name, mechanisms, run_params in runs:
+            async def body(workers=workers, permits=permits, name=name, mechanisms=mechanisms) -> Measured:
+                return await _drained(bench, f"{scenario}-{name}-{repeat}", jobs, workers, permits, kind, charge_args,
+                                      mechanisms=mechanisms, waive=waive)
+            await bench.measure(scenario, name, run_params, "jobs_per_second", repeat, body)
 
 
 async def _execute(bench: Bench, repeat: int) -> None:
@@ -79,9 +91,11 @@ async def _execute(bench: Bench, repeat: int) -> None:
 
 
 async def _noop(bench: Bench, repeat: int) -> None:
+    """No-op jobs of one tenant, claimed fair and first in first out at each point: what the fair claim
+    costs where it has no one to be fair between (the report's fair / FIFO)."""
     p = bench.profile
     await _execute_points(bench, repeat, "noop", p.execute_jobs, [(1, c) for c in p.execute_concurrency],
-                          kind="noop")
+                          kind="noop", fairness_twins=True)
 
 
 async def _latency(bench: Bench, repeat: int) -> None:
@@ -275,7 +289,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("execute", "zero-latency charges: one worker process at each concurrency, then several processes",
              lambda p: len(p.execute_concurrency) + len(p.execute_processes), _execute),
     Scenario("noop", "no-op jobs: the queue's own cost (claim, lease, fenced finalize), as pgbench and the peers "
-             "measure it", lambda p: len(p.execute_concurrency), _noop),
+             "measure it; each point again with the fairness mechanism the other way (its twin: `1x4 FIFO`), "
+             "set beside it only", lambda p: 2 * len(p.execute_concurrency), _noop),
     Scenario("latency", "execution when every charge takes the profile's charge latency",
              lambda p: len(p.latency_concurrency), _latency),
     Scenario("kill9", "a worker SIGKILLed after its charge committed; time until another finishes the job",
@@ -299,6 +314,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("fairness", f"one claim of {FAIR_CLAIM_SIZE} jobs over the profile's backlog shared by 1, 10 and "
              "1,000 tenants: first in first out, and fair (reliableq/bench/fairness.py)",
              lambda p: len(FAIR_TENANTS), fairness),
+    Scenario(QUIET_TENANT, f"one tenant's backlog (the profile's flood) drained by {FLOOD_WORKERS} worker processes "
+             f"of {FLOOD_PERMITS} permits while a quiet tenant submits one no-op job at a time on a seeded schedule: "
+             "milliseconds from each quiet job's insert to its claim (p50, p99), first in first out and fair "
+             "(reliableq/bench/fairness.py)", lambda p: 2, quiet_tenant),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
              "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
              "each in-process in its own process (reliableq/bench/peers.py)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,6 +27,7 @@ from reliableq.config import Mechanisms
 from reliableq.db import Databases
 from reliableq.lab import processes
 from reliableq.lab.harness import LocalSystem, local_system
+from reliableq.payload import DEFAULT_TENANT
 
 _Q = sql.queries("bench")
 WORKER_READY_SECONDS = 30.0
@@ -56,19 +57,24 @@ async def start_workers(bench: Bench, system: LocalSystem, count: int, permits: 
     return started
 
 
-async def preload(system: LocalSystem, jobs: int, max_attempts: int = 5, kind: str = "charge") -> None:
-    """Insert `jobs` due jobs in one transaction: every worker sees the whole batch at once."""
+async def preload(system: LocalSystem, jobs: int, max_attempts: int = 5, kind: str = "charge",
+                  tenant: str = DEFAULT_TENANT) -> None:
+    """Insert `jobs` due jobs of `tenant` in one transaction: every worker sees the whole batch at once."""
     async with system.queue.pool.connection() as conn:
         await conn.execute(_Q["job_insert_many"], {"payload": Jsonb(PAYLOAD), "max_attempts": max_attempts,
-                                                   "jobs": jobs, "kind": kind})
+                                                   "jobs": jobs, "kind": kind, "tenant": tenant})
 
 
 async def drain(bench: Bench, system: LocalSystem, jobs: int, workers: int, permits: int,
-                kind: str = "charge") -> Window:
-    """Start the workers, preload `jobs` due at once, and wait until all settled; the run's window."""
+                kind: str = "charge", tenant: str = DEFAULT_TENANT,
+                while_draining: Callable[[], Awaitable[object]] | None = None) -> Window:
+    """Start the workers, preload `jobs` of `tenant` due at once, run `while_draining` (if any) as they
+    drain them, and wait until all settled; the run's window."""
     await start_workers(bench, system, workers, permits)
     start = time.monotonic()
-    await preload(system, jobs, kind=kind)
+    await preload(system, jobs, kind=kind, tenant=tenant)
+    if while_draining is not None:
+        await while_draining()
     await system.wait_settled(timeout=bench.profile.settle_seconds)
     return Window(start, time.monotonic())
 

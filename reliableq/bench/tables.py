@@ -1,6 +1,6 @@
 """The benchmark report's tables, as rows: each figure of ours set only beside like figures, our charged
-jobs beside our own no-op jobs, pickup latency per queue, what each mechanism costs, and what a standby
-costs.
+jobs beside our own no-op jobs, pickup latency per queue, what each mechanism costs, what a standby
+costs, and what the fair claim costs and buys (each fair figure beside its FIFO twin only).
 
 Like for like (`KINDS`): each figure of ours is set only beside the same kind of work, measured in the same
 run on the same server at the same client count: our no-op jobs beside the peers' no-op jobs (pgqueuer,
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reliableq.bench import peers
+from reliableq.bench.fairness import QUIET_TENANT
 from reliableq.bench.profiles import BATCH_JOBS
 from reliableq.bench.results import BenchResult
 from reliableq.bench.scenarios import ALL_ON, UNCOSTED_MECHANISMS
@@ -48,8 +49,9 @@ CHARGED = ("execute", "latency")  # jobs with an HTTP charge each: no peer runs 
 
 
 def kind_of(scenario: str, params: dict[str, Any]) -> Kind | None:
-    """The kind a point of ours is, or None for a point set beside nothing (charged jobs, several processes)."""
-    if scenario == "noop" and params.get("workers") != 1:
+    """The kind a point of ours is, or None for a point set beside nothing (charged jobs, several processes)
+    or beside its own point only (a no-op point's twin with the fairness mechanism the other way)."""
+    if scenario == "noop" and (params.get("workers") != 1 or "fairness_twin_of" in params):
         return None
     return next((k for k in KINDS if k.scenario == scenario and k.via == params.get("via")), None)
 
@@ -138,7 +140,8 @@ def peers_ahead(result: BenchResult) -> list[str]:
 def charged_rows(result: BenchResult) -> list[dict[str, Any]]:
     """Our jobs with an HTTP charge each, beside our own no-op jobs at the same concurrency (what the effect
     costs): no peer runs an effect, so these are set beside no one else."""
-    noop = {clients_of(r.params): r.point for r in result.runs if r.scenario == "noop" and r.params["workers"] == 1}
+    noop = {clients_of(r.params): r.point for r in result.runs if kind_of(r.scenario, r.params) is not None
+            and r.scenario == "noop"}
     rows = []
     for row in result.summary():
         if row["scenario"] not in CHARGED or row["mean"] is None:
@@ -215,3 +218,55 @@ def fairness_rows(result: BenchResult) -> list[dict[str, Any]]:
         rows.append({"tenants": params["tenants"], "pending": params["pending"], "fifo_claim_ms": fifo,
                      "fair_claim_ms": row["mean"], "fair_over_fifo": row["mean"] / fifo if fifo else None})
     return rows
+
+
+def _ratio(fair: float | None, fifo: float | None) -> float | None:
+    return fair / fifo if fair is not None and fifo else None
+
+
+def fair_noop_rows(result: BenchResult) -> list[dict[str, Any]]:
+    """The noop scenario's points beside their twins (the fairness mechanism the other way): per point, the
+    mean no-op jobs/s of the passing runs with the fair claim and first in first out, all of one tenant,
+    and fair's over FIFO's."""
+    twins = {r.params["fairness_twin_of"]: r for r in result.runs
+             if r.scenario == "noop" and "fairness_twin_of" in r.params}
+    rows = []
+    for point, twin in twins.items():
+        rates = {fair: _point_mean(result, "noop", name, "jobs_per_second")
+                 for fair, name in ((twin.params["fairness"], twin.point), (not twin.params["fairness"], point))}
+        rows.append({"point": point, "clients": clients_of(twin.params), "fifo_jobs_per_second": rates[False],
+                     "fair_jobs_per_second": rates[True], "fair_over_fifo": _ratio(rates[True], rates[False])})
+    return rows
+
+
+QUIET_FIGURES = (("pickup_p50_ms", "quiet job's pickup p50, ms"), ("pickup_p99_ms", "quiet job's pickup p99, ms"),
+                 ("claims_ahead_max", "most claims ahead of a quiet job"),
+                 ("jobs_per_second", "jobs/s, both tenants"))
+
+
+def quiet_tenant_rows(result: BenchResult) -> dict[str, Any] | None:
+    """The quiet-tenant scenario (None when it did not run): each figure first in first out and fair, means
+    of the passing runs, and fair's over FIFO's; the flood, the schedule and the fair bound it was held to."""
+    runs = [r for r in result.runs if r.scenario == QUIET_TENANT]
+    if not runs:
+        return None
+    rows = []
+    for key, figure in QUIET_FIGURES:
+        fifo, fair = (_point_mean(result, QUIET_TENANT, point, key) for point in ("FIFO", "fair"))
+        rows.append({"figure": figure, "metric": key, "fifo": fifo, "fair": fair,
+                     "fair_over_fifo": _ratio(fair, fifo)})
+    params = runs[0].params
+    return {"flood_jobs": params["flood_jobs"], "quiet_jobs": params["quiet_jobs"], "workers": params["workers"],
+            "permits": params["permits"], "fair_bound_claims": _point_mean(result, QUIET_TENANT, "fair",
+                                                                            "fair_bound_claims"),
+            "rows": rows}
+
+
+def fairness_summary(result: BenchResult) -> dict[str, Any] | None:
+    """What the fair claim costs and what it buys, as results.json keeps it (None when no such point ran):
+    one claim's time (`claim`), no-op throughput at one tenant (`noop`), a quiet tenant's pickup beside a
+    flood (`quiet_tenant`); every ratio fair over FIFO."""
+    claim, noop, quiet = fairness_rows(result), fair_noop_rows(result), quiet_tenant_rows(result)
+    if not (claim or noop or quiet):
+        return None
+    return {"claim": claim, "noop": noop, "quiet_tenant": quiet}

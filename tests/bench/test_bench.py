@@ -14,6 +14,7 @@ import pytest
 
 from reliableq import sql
 from reliableq.bench import peers
+from reliableq.bench.fairness import QUIET_TENANT
 from reliableq.bench.gate import gate
 from reliableq.bench.profiles import PROFILES
 from reliableq.bench.results import RunResult, Sample, Window, keep_in_window, summarize
@@ -92,7 +93,31 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     # The fair claim's cost beside the FIFO claim's, over the same backlog, at each number of tenants; every
     # fair claim took every tenant's first job before anyone's second (the scenario's gate).
     assert [r.point for r in result.runs if r.scenario == "fairness"] == ["1 tenants", "10 tenants", "1000 tenants"]
-    assert "## What a fair claim costs" in text
+    assert "## What a fair claim costs, and what it buys" in text
+    fairness = written["fairness"]
+    assert [r["tenants"] for r in fairness["claim"]] == [1, 10, 1000]
+    # Each no-op point again first in first out, set beside its fair run only (never beside a peer).
+    assert [r.point for r in result.runs if r.scenario == "noop"] == ["1x2", "1x2 FIFO"]
+    (noop,) = fairness["noop"]
+    assert noop["point"] == "1x2" and noop["fair_over_fifo"] > 0
+    assert all(r["point"] == "1x2" for r in written["ratios"] if r["scenario"] == "noop")
+    assert "`noop` at one tenant" in text
+    # A quiet tenant beside a flood, FIFO then fair, on the same seeded schedule: every quiet job claimed, each
+    # stored while the flood still waited, and (fair) each within the fair bound of claims: the gate held.
+    quiet_runs = {r.point: r for r in result.runs if r.scenario == QUIET_TENANT}
+    assert list(quiet_runs) == ["FIFO", "fair"]
+    for point, run in quiet_runs.items():
+        gated = {c["name"]: c["held"] for c in run.checks}
+        assert gated["every quiet job was claimed"] and gated["every job is SUCCEEDED or DEAD"], point
+        assert gated["every quiet job was stored while the flooding tenant still had jobs waiting"], point
+        assert run.metrics["quiet_claimed"] == PROFILES["tiny"].quiet_jobs, point
+    assert [held for name, held in ((c["name"], c["held"]) for c in quiet_runs["fair"].checks)
+            if name.startswith("each quiet job was claimed within")] == [True]
+    assert not any(c["name"].startswith("each quiet job was claimed within") for c in quiet_runs["FIFO"].checks)
+    quiet = {r["metric"]: r for r in fairness["quiet_tenant"]["rows"]}
+    assert quiet["pickup_p50_ms"]["fifo"] > 0 and quiet["pickup_p99_ms"]["fair"] > 0
+    assert quiet["pickup_p50_ms"]["fair_over_fifo"] is not None
+    assert "`quiet-tenant`: a backlog of" in text
 
 
 @pytest.mark.slow

@@ -17,10 +17,13 @@ def _run(scenario: str, point: str, params: dict, value: float, headline: str = 
 
 
 def _result(peer_rate: float = 100.0) -> BenchResult:
-    """Ours at every kind at 4 clients, pgbench and both peers at every tool at 4 clients (and one at 16)."""
+    """Ours at every kind at 4 clients (no-op jobs fair, and first in first out as their twin), pgbench and
+    both peers at every tool at 4 clients (and one at 16)."""
     runs = [_run("ingest", f"{via} c=4", {"clients": 4, "via": via}, rate)
             for via, rate in (("http", 50.0), ("http-batch", 500.0), ("direct", 200.0), ("direct-batch", 1000.0))]
-    runs += [_run("noop", "1x4", {"workers": 1, "permits": 4, "charge_args": []}, 300.0),
+    runs += [_run("noop", "1x4", {"workers": 1, "permits": 4, "charge_args": [], "fairness": True}, 300.0),
+             _run("noop", "1x4 FIFO", {"workers": 1, "permits": 4, "charge_args": [], "fairness": False,
+                                       "fairness_twin_of": "1x4"}, 330.0),
              _run("execute", "1x4", {"workers": 1, "permits": 4, "charge_args": []}, 150.0),
              _run("execute", "2x2", {"workers": 2, "permits": 2, "charge_args": []}, 160.0),
              _run("latency", "1x4", {"workers": 1, "permits": 4, "charge_args": ["--latency", "0.01"]}, 90.0)]
@@ -72,6 +75,33 @@ def test_the_report_says_plainly_where_a_peer_is_ahead():
     calm.runs = [r for r in calm.runs if r.scenario != "pickup"]
     assert tables.peers_ahead(calm) == []
     assert "**Where a peer is ahead:** nowhere in this run" in markdown(calm, [])
+
+
+def test_a_no_op_point_and_its_fifo_twin_are_set_beside_each_other_only():
+    """The twin (fairness off) is in no peer's or pgbench's row, chart or charged share (the tests above);
+    the fairness section sets it beside its own point."""
+    (row,) = tables.fair_noop_rows(_result())
+    assert (row["point"], row["fifo_jobs_per_second"], row["fair_jobs_per_second"]) == ("1x4", 330.0, 300.0)
+    assert row["fair_over_fifo"] == 300.0 / 330.0
+    text = markdown(_result(), [])
+    assert "## What a fair claim costs, and what it buys" in text and "| 1x4 | 330 | 300 | 0.91 |" in text
+
+
+def test_the_quiet_tenant_figures_are_set_fair_beside_fifo():
+    result = _result()
+    result.runs += [RunResult("quiet-tenant", point, {"fairness": fair, "flood_jobs": 5000, "quiet_jobs": 20,
+                                                      "workers": 2, "permits": 4}, "pickup_p50_ms",
+                              {"pickup_p50_ms": p50, "pickup_p99_ms": p99, "claims_ahead_max": ahead,
+                               "jobs_per_second": 800.0, "fair_bound_claims": 8}, passed=True)
+                    for point, fair, p50, p99, ahead in (("FIFO", False, 4000.0, 6000.0, 1200), ("fair", True, 4.0,
+                                                                                                  12.0, 1))]
+    quiet = tables.fairness_summary(result)["quiet_tenant"]
+    assert (quiet["flood_jobs"], quiet["fair_bound_claims"]) == (5000, 8)
+    rows = {r["metric"]: r for r in quiet["rows"]}
+    assert (rows["pickup_p50_ms"]["fair_over_fifo"], rows["pickup_p99_ms"]["fair_over_fifo"]) == (0.001, 0.002)
+    text = markdown(result, [])
+    assert "| quiet job's pickup p50, ms | 4,000 | 4 | 0.00 |" in text
+    assert "| most claims ahead of a quiet job | 1,200 | 1 | 0.00 |" in text
 
 
 def test_charged_jobs_stand_on_their_own_beside_our_no_op_jobs():
