@@ -126,3 +126,51 @@ ORDER BY a.claimed_at, a.id;
 -- name: job_first_claim_after
 -- The first claim (of any attempt) after %(after)s: when a promoted server first handed out work.
 SELECT min(claimed_at) AS claimed_at FROM job_attempts WHERE claimed_at > %(after)s;
+
+-- name: job_attempt_shares_by_tenant
+-- Per tenant, what the claims gave it while every tenant had a due job waiting (the contested stretch: from
+-- the first claim at which each had one due and not yet claimed, to the last such claim): how many claims
+-- (and retries among them) it got then, the worker-seconds its attempts spent in that stretch (claimed_at
+-- to finished_at, clipped to it), their share, and the jobs it had in flight on average; and over the whole
+-- run its jobs, claims, retries and mean seconds per claim. An attempt is due from its job's creation (the
+-- first; a job submitted without a delay), else from its previous attempt's retry (finished_at plus
+-- retry_delay_seconds: a moment after the run_at the retry set, from its transaction's start) or from that
+-- attempt's lease running out. Run after the run settled: an unfinished attempt has no worker-seconds.
+WITH attempts AS (
+    SELECT j.tenant, a.attempt, a.claimed_at, a.finished_at,
+           CASE WHEN a.attempt = 1 THEN j.created_at
+                ELSE lag(coalesce(a.finished_at + make_interval(secs => a.retry_delay_seconds), a.lease_expires_at))
+                     OVER (PARTITION BY a.job_id ORDER BY a.attempt) END AS due_at
+    FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+), contested AS (
+    -- The claims at which every tenant had a job due and waiting (claimed by that claim or a later one).
+    SELECT DISTINCT c.claimed_at FROM attempts AS c
+    WHERE (SELECT count(DISTINCT w.tenant) FROM attempts AS w
+           WHERE w.due_at <= c.claimed_at AND w.claimed_at >= c.claimed_at)
+          = (SELECT count(DISTINCT tenant) FROM jobs)
+), stretch AS (
+    SELECT min(claimed_at) AS opened, max(claimed_at) AS closed,
+           extract(epoch FROM max(claimed_at) - min(claimed_at))::float8 AS seconds
+    FROM contested
+), per_tenant AS (
+    SELECT a.tenant,
+           count(*) FILTER (WHERE a.attempt = 1) AS jobs,
+           count(*) AS claims,
+           count(*) FILTER (WHERE a.attempt > 1) AS retries,
+           avg(extract(epoch FROM a.finished_at - a.claimed_at))::float8 AS seconds_per_claim,
+           count(*) FILTER (WHERE a.claimed_at IN (SELECT claimed_at FROM contested)) AS claims_contested,
+           count(*) FILTER (WHERE a.attempt > 1
+                              AND a.claimed_at IN (SELECT claimed_at FROM contested)) AS retries_contested,
+           coalesce(sum(greatest(extract(epoch FROM least(a.finished_at, s.closed)
+                                                    - greatest(a.claimed_at, s.opened)), 0)), 0)::float8
+               AS worker_seconds_contested,
+           s.seconds AS contested_seconds
+    FROM attempts AS a CROSS JOIN stretch AS s
+    GROUP BY a.tenant, s.seconds
+)
+SELECT tenant, jobs, claims, retries, seconds_per_claim, claims_contested, retries_contested,
+       worker_seconds_contested,
+       worker_seconds_contested / nullif(sum(worker_seconds_contested) OVER (), 0) AS worker_share_contested,
+       worker_seconds_contested / nullif(contested_seconds, 0) AS in_flight_contested,
+       contested_seconds
+FROM per_tenant ORDER BY tenant;

@@ -10,14 +10,16 @@ Mechanism: the fair claim (sql/queue.sql job_claim_due_fair), still one statemen
 and fenced: each tenant with due work is offered its oldest due job before any is offered a second, and
 each claim starts its round one tenant further on. Work-conserving: a lone tenant gets every slot.
 Boundary: fair by count of jobs, not by their cost (a tenant whose jobs take ten times as long gets ten
-times the worker time); a fleet limit and retries are shared out the same way, per claim.
+times the worker time); a fleet limit and retries are shared out the same way, per claim (a retry takes
+one of its own tenant's turns). shares_by_cost measures it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from reliableq.config import Mechanisms
+from reliableq.charge.service import ChargeFaults
+from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms
 from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
 from reliableq.lab.ledger import read_rows
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
@@ -96,3 +98,57 @@ async def waits_by_backlog(params: ScenarioParams = ScenarioParams(), jobs: tupl
                      "b_waited_seconds_fifo": fifo.measurements["b_waited_seconds"],
                      "b_waited_seconds_fair": fair.measurements["b_waited_seconds"]})
     return rows
+
+
+# shares_by_cost: the boundary shown. Each tenant's jobs take this long inside their effect (a pause there
+# stands for slow work by a live worker, which keeps renewing its lease): A's ten times B's.
+EFFECT_SECONDS = {TENANTS[0]: 0.5, TENANTS[1]: 0.05}
+COST_BACKLOG_PER_JOB = {TENANTS[0]: 3, TENANTS[1]: 12}  # × the `jobs` knob: B's outlasts A's claims, retries included
+FLEET_LIMIT = 2  # jobs in flight across both workers (each of `concurrency` permits): the slots to share
+
+
+@dataclass
+class FirstChargeRefused(ChargeFaults):
+    """The charge service's faults, and a transient failure (503) of the first request of each job in
+    `jobs` (ids as text): those jobs are retried once, whatever the seed."""
+
+    jobs: tuple[str, ...] = ()
+
+    def draw(self, job_id: str, nth_request: int) -> str | None:
+        if nth_request == 0 and str(job_id) in self.jobs:
+            return "transient"
+        return super().draw(job_id, nth_request)
+
+
+async def shares_by_cost(params: ScenarioParams = ScenarioParams()) -> list[dict[str, float | int | str]]:
+    """The boundary, measured: both tenants with a backlog, the fair claim on, two workers sharing a fleet
+    limit of FLEET_LIMIT jobs in flight; A's effect takes ten times as long as B's (EFFECT_SECONDS; each
+    claim adds the queue's own few milliseconds), and each of A's jobs fails transiently once (a 503 from
+    the charge service), so it is retried. Per tenant, from what PostgreSQL recorded: its claims while both
+    had a due job waiting (the fair claim shares these by count; a retry is one of its own tenant's), and
+    its worker-seconds, their share and its jobs in flight on average over that stretch; over the whole
+    run its jobs, claims, retries and seconds per claim."""
+    charge_faults = FirstChargeRefused(seed=params.seed)
+    async with experiment(NAME, MECHANISM, True, params, charge_faults) as run:
+        faults = run.faults()
+        for tenant, seconds in EFFECT_SECONDS.items():
+            # Every attempt of the tenant's jobs: none is claimed more often than its attempt budget.
+            faults.arm_pause("during_effect", seconds=seconds,
+                             times=DEFAULT_MAX_ATTEMPTS * params.jobs * COST_BACKLOG_PER_JOB[tenant],
+                             job_filter=lambda job, tenant=tenant: job.tenant == tenant)
+        backlogs = {tenant: await run.submit(jobs=params.jobs * per_job, tenant=tenant)
+                    for tenant, per_job in COST_BACKLOG_PER_JOB.items()}
+        charge_faults.jobs = tuple(str(job_id) for job_id in backlogs[TENANTS[0]])  # the service reads it live
+        for worker_id in ("worker-1", "worker-2"):
+            run.system.start_worker(run.worker(worker_id, faults, fleet_limit=FLEET_LIMIT))
+        await run.wait_settled([job_id for ids in backlogs.values() for job_id in ids], timeout=60.0)
+        await run.system.stop_workers()
+        rows = await read_rows(run.system.databases.queue_url, "lab_queue", "job_attempt_shares_by_tenant")
+    return [{"tenant": row["tenant"], "jobs": row["jobs"], "claims": row["claims"], "retries": row["retries"],
+             "seconds_per_claim": round(row["seconds_per_claim"], 3),
+             "claims_while_both_waited": row["claims_contested"],
+             "retries_while_both_waited": row["retries_contested"],
+             "worker_seconds": round(row["worker_seconds_contested"], 2),
+             "worker_share": round(row["worker_share_contested"], 3),
+             "avg_in_flight": round(row["in_flight_contested"], 2),
+             "both_waited_seconds": round(row["contested_seconds"], 2)} for row in rows]

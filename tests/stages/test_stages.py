@@ -275,6 +275,39 @@ async def test_b_waits_for_as_backlog_first_in_first_out_and_for_one_round_fair(
     assert all(row["ahead_of_b_fair"] <= 2 * PARAMS.concurrency for row in rows)
 
 
+async def test_fairness_shares_claims_by_count_not_worker_time_and_retries_take_their_own_turns():
+    """The boundary: both tenants with a backlog, A's jobs ten times as slow as B's and each failing once,
+    two workers under a fleet limit. While both waited, the fair claim gave each about as many claims, A's
+    retries among A's own (not B's), yet A's took most of the worker time and of the fleet's slots."""
+    a, b = await s11_fairness.shares_by_cost(PARAMS)
+    a_jobs, b_jobs = (PARAMS.jobs * s11_fairness.COST_BACKLOG_PER_JOB[t] for t in s11_fairness.TENANTS)
+    assert (a["tenant"], b["tenant"]) == s11_fairness.TENANTS
+    # Whatever the timing: every job ran, each of A's (and only A's) retried once.
+    assert (a["jobs"], a["claims"], a["retries"]) == (a_jobs, 2 * a_jobs, a_jobs)
+    assert (b["jobs"], b["claims"], b["retries"]) == (b_jobs, b_jobs, 0)
+    # By count: about as many claims each while both waited (a round apart, give or take), and A's retries
+    # are among them. Had a retry taken B's turn, B would have had about as many as A's first claims alone.
+    shared_a, shared_b = a["claims_while_both_waited"], b["claims_while_both_waited"]
+    assert shared_a >= a_jobs and a["retries_while_both_waited"] >= a_jobs // 2, (a, b)
+    assert 0.75 <= shared_a / shared_b <= 1.33, (a, b)
+    # Not by cost: A's claims cost several times B's, so A had most of the worker time and of the fleet's
+    # slots, which between them never held more than the limit.
+    assert a["seconds_per_claim"] > 4 * b["seconds_per_claim"], (a, b)
+    assert a["worker_share"] > 0.75 > 0.25 > b["worker_share"], (a, b)
+    assert a["avg_in_flight"] > 3 * b["avg_in_flight"], (a, b)
+    assert a["avg_in_flight"] + b["avg_in_flight"] <= s11_fairness.FLEET_LIMIT + 0.05, (a, b)
+
+
+async def test_fairness_shares_by_cost_counts_repeat_with_the_seed():
+    """What does not depend on timing repeats run after run with the same seed: the jobs, and which of
+    them were retried (the charge service refuses the first request of each of A's, by job id)."""
+    params = ScenarioParams(seed=1, jobs=1)
+    first = await s11_fairness.shares_by_cost(params)
+    again = await s11_fairness.shares_by_cost(params)
+    counted = ("tenant", "jobs", "claims", "retries")
+    assert [{k: row[k] for k in counted} for row in first] == [{k: row[k] for k in counted} for row in again]
+
+
 async def test_semaphore_off_overloads_the_charge_service():
     """Starting everything due puts more in flight than the service takes; permits keep it within."""
     off, on = await compared("semaphore")
