@@ -98,7 +98,7 @@ ROUND = "claims of 1 and of 3 over four tenants, tenant-a flooding: no tenant wi
     (ONE_EACH, "4 claims that read the due jobs at the same moment each take at most the 2 jobs asked for",
      {"claimers": 4, "each asked for": 2, "jobs due": 8, "taken in all": 4}),
     (TENANT_BY_TENANT, "a claim gives every tenant with due work its oldest job before it gives any tenant a second",
-     {"claim": "claim 1 of 3", "took": "3 of tenant-d's", "while waiting with none": "tenant-a, tenant-b, tenant-c"}),
+     {"claim": "1 of 3", "took": "3 of tenant-d's", "while waiting with none": "tenant-a, tenant-b, tenant-c"}),
     (NO_SPARE, "a claim skips a tenant whose due jobs racing claims hold", None),
     (NO_LOCK, "4 claims that read the due jobs at the same moment take different jobs", None),
     (WAITS, "4 claims that read the due jobs at the same moment neither wait for each other nor fail", None),

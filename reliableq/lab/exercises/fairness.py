@@ -230,7 +230,7 @@ async def _rounds(scratch: schedules.Scratch, claim: str, per_claim: int, claims
             taken = await schedules.claim_once(conn, claim, worker_id="claimer", limit=per_claim,
                                                reclaim_expired=True, enforce_budget=True)
             by_tenant = Counter(tenant_of.get(row["id"], "?") for row in taken)
-            said = f"claim {number} of {per_claim}"
+            said = f"{number} of {per_claim}"
             took = ", ".join(f"{n} of {tenant}'s" for tenant, n in sorted(by_tenant.items())) or "nothing"
             due -= by_tenant
             if len(taken) < min(per_claim, sum(due.values()) + len(taken)):
@@ -251,7 +251,7 @@ async def _rounds(scratch: schedules.Scratch, claim: str, per_claim: int, claims
                     starved = result.late_starved if tenant == LATE else result.starved
                     if not any(row["tenant"] == tenant for row in starved):
                         starved.append({"tenant": tenant, "waited while": f"{waited[tenant]} jobs of others were "
-                                        f"claimed (up to {said})", "tenants waiting": most[tenant],
+                                        f"claimed (up to claim {said})", "tenants waiting": most[tenant],
                                         "bound": f"{bound} jobs ({rounds} round{'s' * (rounds > 1)})"})
             if number == late_after:
                 for job_id in await scratch.submit(LATE_JOBS, tenant=LATE):
@@ -301,7 +301,7 @@ async def _one_tenant_held(scratch: schedules.Scratch, claim: str) -> Check:
     async with (await scratch.connect(autocommit=False) as racing, await scratch.connect() as conn):
         await racing.execute(schedules.lab_query("lab_jobs_hold"), {"ids": held_ids})
         for number in range(1, HELD_CLAIMS + 1):
-            said = {"claim": f"claim {number} of 1"}
+            said = {"claim": f"{number} of 1"}
             task = asyncio.create_task(schedules.claim_once(conn, claim, worker_id="claimer-B", limit=1,
                                                             reclaim_expired=True, enforce_budget=True))
             if await schedules.waiting_or_done(scratch, {"claimer-B": (task, conn.info.backend_pid)},
