@@ -64,6 +64,7 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
     async with experiment(NAME, MECHANISM, on, params) as run:
         backlog = await run.submit(jobs=params.jobs * BACKLOG_PER_JOB, tenant=TENANTS[0])
         (b_job,) = await run.submit(jobs=1, tenant=TENANTS[1])
+        run.note(TENANTS[1], "submitted", f"{TENANTS[1]}'s one job", b_job)
         run.system.start_worker(run.worker("worker-1"))
         await run.wait_settled([*backlog, b_job], timeout=60.0)
         claims = await read_rows(run.system.databases.queue_url, "lab_queue", "job_first_claims")
@@ -78,6 +79,8 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
             "fair_bound": len(TENANTS) * params.concurrency,
             "b_waited_seconds": round((b_claim["claimed_at"] - b_claim["created_at"]).total_seconds(), 3),
         }
+        run.note(TENANTS[1], "claimed", f"claimed after {measured['jobs_ahead_of_b']} of {TENANTS[0]}'s", b_job,
+                 at=b_claim["claimed_at"])
         return await run.result(measured)
 
 

@@ -121,9 +121,12 @@ class Experiment:
         """Seconds since the experiment began, on the clock the timeline uses."""
         return round((datetime.now(UTC) - self.started).total_seconds(), 4)
 
-    def note(self, lane: str, kind: str, detail: str, job_id: uuid.UUID | None = None) -> None:
-        """A moment of the scenario's own story on its timeline, now, in `lane` ("api", "database")."""
-        self.noted.append(timeline.Event(self.seconds(), str(job_id or ""), lane, None, kind, detail))
+    def note(self, lane: str, kind: str, detail: str, job_id: uuid.UUID | None = None,
+             at: datetime | None = None) -> None:
+        """A moment of the scenario's own story on its timeline, in `lane` ("api", "database", a tenant): now,
+        or `at` (a time PostgreSQL recorded)."""
+        seconds = self.seconds() if at is None else round((at - self.started).total_seconds(), 4)
+        self.noted.append(timeline.Event(seconds, str(job_id or ""), lane, None, kind, detail))
 
     def faults(self) -> FaultPlan:
         """A fault plan for workers, included in the timeline."""

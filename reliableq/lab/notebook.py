@@ -44,6 +44,8 @@ _MARKERS = {  # timeline event kind -> (marker, colour, label)
     "link_cut": ("|", "tab:red", "link to the standby cut"),
     "primary_killed": ("*", "black", "primary SIGKILLed"),
     "promoted": ("^", "tab:green", "standby promoted"),
+    "submitted": ("v", "tab:cyan", "watched job submitted"),
+    "claimed": (">", "tab:red", "watched job claimed"),
 }
 
 

@@ -22,7 +22,8 @@ class Event:
     worker: str  # worker id, "charge-service" or "api"
     attempt: int | None
     # claim | lease_expired | finalize_won | finalize_lost | charge | crash | pause | resume, or a stage's own
-    # (reliableq.lab.experiment.Experiment.note): acknowledged | refused | link_cut | primary_killed | promoted
+    # (reliableq.lab.experiment.Experiment.note): acknowledged | refused | link_cut | primary_killed | promoted |
+    # submitted | claimed (one watched job's)
     kind: str
     detail: str
 
