@@ -205,31 +205,27 @@ WITH RECURSIVE tenant_steps AS (
     ORDER BY lease_expires_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), chosen AS (
-    -- Each tenant's first before anyone's second, in the round's order.
-    SELECT id, status, lease_token FROM (
-        SELECT id, status, lease_token, 0 AS nth, 0 AS place FROM lapsed
-        UNION ALL
-        SELECT id, status, lease_token, nth, place FROM offered
-    ) AS candidates
-    ORDER BY nth, place
-    LIMIT %(limit)s
 ), spare AS (
-    -- The slots the round left empty, given to the oldest due jobs of anyone. The round leaves one empty
+    -- The slots the round leaves empty, given to the oldest due jobs of anyone. The round leaves one empty
     -- only when racing claims hold the served tenants' due jobs; without this a claim could come back
     -- empty while another tenant's jobs wait. Nothing is read or locked when no slot is empty.
     SELECT id, status, lease_token FROM jobs
     WHERE status = 'PENDING' AND run_at <= coalesce(%(now)s::timestamptz, now())
       AND id NOT IN (SELECT id FROM offered)
     ORDER BY run_at, id
-    LIMIT (SELECT %(limit)s - count(*) FROM chosen)
+    LIMIT (SELECT greatest(%(limit)s - count(*), 0)
+           FROM (SELECT id FROM lapsed UNION ALL SELECT id FROM offered) AS offered_first)
     FOR UPDATE SKIP LOCKED
 ), due AS (
-    -- (The LIMIT changes nothing here but tells the planner how few rows to expect: it then updates them
-    -- through the primary key instead of reading the whole table into a hash.)
-    SELECT id, status, lease_token FROM chosen
-    UNION ALL
-    SELECT id, status, lease_token FROM spare
+    -- Each tenant's first before anyone's second, in the round's order; then the spare.
+    SELECT id, status, lease_token FROM (
+        SELECT id, status, lease_token, 0 AS nth, 0 AS place FROM lapsed
+        UNION ALL
+        SELECT id, status, lease_token, nth, place FROM offered
+        UNION ALL
+        SELECT id, status, lease_token, %(limit)s + 1 AS nth, 0 AS place FROM spare
+    ) AS candidates
+    ORDER BY nth, place
     LIMIT %(limit)s
 -- include: take_the_due_jobs
 

@@ -44,19 +44,24 @@ NO_TURN = REFERENCE.replace(PLACE, "position AS place")
 # A random start: fair on average, with no bound on any one tenant's wait.
 RANDOM_TURN = REFERENCE.replace(PLACE, "mod(position + floor(random() * tenants)::bigint, tenants) AS place")
 SPARE = REFERENCE[REFERENCE.index("), spare AS (\n"):REFERENCE.index("), due AS (\n")]
-SPARE_TAKEN = "    UNION ALL\n    SELECT id, status, lease_token FROM spare\n"
+SPARE_TAKEN = "        UNION ALL\n        SELECT id, status, lease_token, %(limit)s + 1 AS nth, 0 AS place FROM spare\n"
 # One job per served tenant, then the oldest due jobs of anyone in the slots left: every tenant still gets
 # its first before anyone's second; the rest go first in, first out.
 ONE_EACH_THEN_OLDEST = REFERENCE.replace(PICK_LOCK, PICK_LOCK.replace("%(limit)s", "1"))
 # One job per served tenant, and nothing in the slots left: a lone tenant's claim of four takes one.
 ONE_EACH = ONE_EACH_THEN_OLDEST.replace(SPARE, "").replace(SPARE_TAKEN, "")
+# The spare read with a lock claimers share: it takes a job another claim has read, and waits for it.
+SHARED_SPARE = REFERENCE.replace(SPARE, SPARE.replace("FOR UPDATE SKIP LOCKED", "FOR SHARE SKIP LOCKED"))
+# The spare without the jobs the round offered: it hands the claim a job it already took.
+SPARE_AGAIN = REFERENCE.replace("      AND id NOT IN (SELECT id FROM offered)\n", "")
 # No spare: a claim whose round serves only a tenant whose jobs racing claims hold comes back empty.
 NO_SPARE = REFERENCE.replace(SPARE, "").replace(SPARE_TAKEN, "")
 # Each tenant's jobs before the next tenant's first.
 TENANT_BY_TENANT = REFERENCE.replace("ORDER BY nth, place", "ORDER BY place, nth")
 NO_LOCK = REFERENCE.replace(PICK_LOCK, PICK_LOCK.replace("\n        FOR UPDATE SKIP LOCKED", ""))
 WAITS = REFERENCE.replace(PICK_LOCK, PICK_LOCK.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE"))
-NO_LAPSED = REFERENCE.replace(LAPSED, "").replace(CANDIDATES, "")
+NO_LAPSED = REFERENCE.replace(LAPSED, "").replace(CANDIDATES, "").replace(
+    "(SELECT id FROM lapsed UNION ALL SELECT id FROM offered)", "(SELECT id FROM offered)")
 # The tenants found by reading every due job: right in every round, and a scan of the backlog per claim.
 DISTINCT_SCAN = REFERENCE.replace(WAITING, "    SELECT DISTINCT tenant FROM jobs WHERE status = 'PENDING'\n"
                                            "      AND run_at <= coalesce(%(now)s::timestamptz, now())\n")
@@ -69,7 +74,8 @@ def test_the_starter_and_reference_come_from_the_shipped_claims():
     assert fairness.MARK in fairness.STARTER and "lined_up" not in fairness.STARTER
     assert fairness.STARTER.count(fairness.GIVEN.strip()) == 3
     assert "ORDER BY run_at, id\n    LIMIT %(limit)s\n    FOR UPDATE SKIP LOCKED\n), expired" in fairness.STARTER
-    for text in (WITH_MOD, JUMP_BY_CLAIM, NO_KEY_LOCK, ONE_EACH_THEN_OLDEST, NO_SPARE, NO_TURN, RANDOM_TURN,
+    for text in (WITH_MOD, JUMP_BY_CLAIM, NO_KEY_LOCK, ONE_EACH_THEN_OLDEST, NO_SPARE, SHARED_SPARE, SPARE_AGAIN,
+                 NO_TURN, RANDOM_TURN,
                  ONE_EACH, TENANT_BY_TENANT, NO_LOCK, WAITS, NO_LAPSED, DISTINCT_SCAN):
         assert text != REFERENCE
 
@@ -87,6 +93,8 @@ async def test_right_answers_hold_in_every_forced_schedule(right):
     assert [c for c in await fairness.direct(fairness.load(right), seed=1) if not c.held] == []
 
 
+HELD = "a claim fills the slots its round cannot (the served tenants' jobs held by racing claims)"
+HELD_WHILE = "tenant-a's 2 jobs and tenant-c's 2 oldest were held, and tenant-b's 1 and tenant-c's other 6 free"
 ROUND = "claims of 1 and of 3 over four tenants, tenant-a flooding: no tenant with due work waits longer"
 
 
@@ -99,12 +107,15 @@ ROUND = "claims of 1 and of 3 over four tenants, tenant-a flooding: no tenant wi
      {"claimers": 4, "each asked for": 2, "jobs due": 8, "taken in all": 4}),
     (TENANT_BY_TENANT, "a claim gives every tenant with due work its oldest job before it gives any tenant a second",
      {"claim": "1 of 3", "took": "3 of tenant-d's", "while waiting with none": "tenant-a, tenant-b, tenant-c"}),
-    (NO_SPARE, "a claim skips a tenant whose due jobs racing claims hold", None),
+    (NO_SPARE, HELD, {"claim": "1 of 2", "took": "1 job", "while": HELD_WHILE}),
+    (SHARED_SPARE, HELD, {"claim": "1 of 2", "claimer B": "waited for the sharing claim"}),
+    (SPARE_AGAIN, HELD, {"claim": "1 of 2", "took": "1 job", "while": HELD_WHILE}),
     (NO_LOCK, "4 claims that read the due jobs at the same moment take different jobs", None),
     (WAITS, "4 claims that read the due jobs at the same moment neither wait for each other nor fail", None),
     (NO_LAPSED, "a claim takes the due jobs it is asked for", None),
     (DISTINCT_SCAN, "a claim reads a probe per tenant waiting and a few rows per job it takes", None),
-], ids=["starter", "no-turn", "one-job-per-tenant", "tenant-by-tenant", "no-spare", "no-lock", "lock-waited-for",
+], ids=["starter", "no-turn", "one-job-per-tenant", "tenant-by-tenant", "no-spare", "spare-shared-lock",
+        "spare-takes-its-own-again", "no-lock", "lock-waited-for",
         "lapsed-leases-forgotten", "tenants-by-scan"])
 async def test_plausible_wrong_answers_fail_on_the_first_forced_schedule_that_shows_them(wrong, invariant, said):
     checks = await fairness.direct(fairness.load(wrong), seed=1)

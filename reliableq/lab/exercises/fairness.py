@@ -147,8 +147,7 @@ AHEAD = ("retrying", "tenant-b-retrying")
 AHEAD_JOBS = 5
 # (jobs per claim, claims, after which claim the late tenant's jobs arrive)
 ROUNDS = ((1, 80, 60), (3, 20, 8))
-HELD_JOBS = 2  # tenant-a's due jobs a racing claim holds, while tenant-b's wait for HELD_CLAIMS claims
-HELD_CLAIMS = 4
+HELD_CLAIMS = 3  # claims of two while racing claims hold some jobs: the turns go once round three tenants
 LONE = 6  # a lone tenant's due jobs, a claim of LONE_CLAIM of them
 LONE_CLAIM = 4
 BACKLOG = 5000  # the flood's backlog under the plan's count, beside QUIET tenants of QUIET_JOBS each
@@ -184,7 +183,7 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
         rounds = [await _rounds(scratch, claim, per_claim, claims, late_after)
                   for per_claim, claims, late_after in ROUNDS]
         lone = await _lone_tenant(scratch, claim)
-        held = await _one_tenant_held(scratch, claim)
+        held = await _jobs_held(scratch, claim)
         reads = await _rows_read(scratch, claim)
     return [*schedules.domain_checks(runs, closing=True), *locks, *_round_checks(rounds), lone, held, reads]
 
@@ -289,35 +288,49 @@ async def _lone_tenant(scratch: schedules.Scratch, claim: str) -> Check:
                  "workers idle while jobs wait", wrong)
 
 
-async def _one_tenant_held(scratch: schedules.Scratch, claim: str) -> Check:
-    """Tenant-a's HELD_JOBS due jobs held by a racing claim (its transaction open), tenant-b's 2 × HELD_CLAIMS
-    due: each of claimer B's HELD_CLAIMS claims of one must take one of tenant-b's, whichever tenant its
-    turn starts with. A round that serves only tenant-a comes back empty while tenant-b's jobs wait."""
+async def _jobs_held(scratch: schedules.Scratch, claim: str) -> Check:
+    """Racing claims hold jobs while claimer B claims HELD_CLAIMS times, two jobs each: one holds all of
+    tenant-a's (FOR UPDATE, as a claim between its read and its commit), another tenant-c's two oldest with a
+    lock claimers share (FOR SHARE, as a claim whose lock is too weak); tenant-b has one job due, tenant-c
+    more. The turns go round the three tenants, so some claim's round serves tenant-a and tenant-b: its
+    second slot must be filled from tenant-c, past the held jobs, without waiting, and not with the job it
+    already took. Every claim must take two jobs none of the others hold."""
     await scratch.run("lab_jobs_clear")
-    held_ids = [row["id"] for row in await scratch.run("lab_jobs_backlog", {"tenant": FLOOD, "n": HELD_JOBS,
-                                                                            "ago_seconds": 120})]
-    await scratch.run("lab_jobs_backlog", {"tenant": "tenant-b", "n": 2 * HELD_CLAIMS, "ago_seconds": 60})
+    held_ids = [row["id"] for row in await scratch.run("lab_jobs_backlog", {"tenant": FLOOD, "n": 2,
+                                                                            "ago_seconds": 180})]
+    await scratch.run("lab_jobs_backlog", {"tenant": "tenant-b", "n": 1, "ago_seconds": 120})
+    c_ids = [row["id"] for row in await scratch.run("lab_jobs_backlog", {"tenant": "tenant-c", "n": 8,
+                                                                         "ago_seconds": 60})]
+    shared_ids = c_ids[:2]
     wrong = []
-    async with (await scratch.connect(autocommit=False) as racing, await scratch.connect() as conn):
+    async with (await scratch.connect(autocommit=False) as racing, await scratch.connect(autocommit=False) as sharing,
+                await scratch.connect() as conn):
         await racing.execute(schedules.lab_query("lab_jobs_hold"), {"ids": held_ids})
+        await sharing.execute(schedules.lab_query("lab_jobs_hold_shared"), {"ids": shared_ids})
+        holders = {racing.info.backend_pid: "the racing claim", sharing.info.backend_pid: "the sharing claim"}
         for number in range(1, HELD_CLAIMS + 1):
-            said = {"claim": f"{number} of 1"}
-            task = asyncio.create_task(schedules.claim_once(conn, claim, worker_id="claimer-B", limit=1,
+            said = {"claim": f"{number} of 2"}
+            task = asyncio.create_task(schedules.claim_once(conn, claim, worker_id="claimer-B", limit=2,
                                                             reclaim_expired=True, enforce_budget=True))
-            if await schedules.waiting_or_done(scratch, {"claimer-B": (task, conn.info.backend_pid)},
-                                               holders={racing.info.backend_pid: "the racing claim"}):
-                await racing.rollback()  # let it go, so that the claim ends
-                wrong.append(said | {"claimer B": "waited for the racing claim's lock"})
+            waits = await schedules.waiting_or_done(scratch, {"claimer-B": (task, conn.info.backend_pid)}, holders)
+            if waits:
+                await racing.rollback()  # let them go, so that the claim ends
+                await sharing.rollback()
+                wrong.append(said | {"claimer B": f"waited for {' and '.join(waits['claimer-B'])}"})
                 await schedules.outcome(task)
                 break
             taken, failed = await schedules.outcome(task)
-            if failed or len(taken) != 1 or taken[0]["id"] in held_ids:
-                wrong.append(said | {"took": failed or f"{len(taken or ())} jobs", "while": f"a racing claim held "
-                                     f"{FLOOD}'s {HELD_JOBS} due jobs and tenant-b's waited"})
+            ids = [row["id"] for row in taken or ()]
+            if failed or len(set(ids)) != 2 or set(ids) & {*held_ids, *shared_ids}:
+                wrong.append(said | {"took": failed or f"{len(set(ids))} job{'s' * (len(set(ids)) != 1)}"
+                                     + (", some of them held" if set(ids) & {*held_ids, *shared_ids} else ""),
+                                     "while": f"{FLOOD}'s 2 jobs and tenant-c's 2 oldest were held, and "
+                                              "tenant-b's 1 and tenant-c's other 6 free"})
         await racing.rollback()
-    return Check("a claim skips a tenant whose due jobs racing claims hold, and fills its slots with other tenants' "
-                 "(work-conserving under contention: a claim never comes back empty while jobs it could take "
-                 "wait)", wrong)
+        await sharing.rollback()
+    return Check("a claim fills the slots its round cannot (the served tenants' jobs held by racing claims) with "
+                 "other due jobs no one holds, neither waiting nor taking one twice: work-conserving under "
+                 "contention, a claim never comes back short while jobs it could take wait", wrong)
 
 
 async def _rows_read(scratch: schedules.Scratch, claim: str) -> Check:
