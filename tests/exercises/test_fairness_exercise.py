@@ -16,16 +16,7 @@ PLACE = "(position - turn.number %% tenants + tenants) %% tenants AS place"
 PICK_LOCK = """        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS pick"""
-LAPSED = """), lapsed AS (
-    -- Leases that ran out, owed first (as in job_claim_due_skip_locked).
-    SELECT id, status, lease_token FROM jobs
-    WHERE %(reclaim_expired)s AND status = 'RUNNING'
-      AND lease_expires_at <= coalesce(%(now)s::timestamptz, now())
-      AND (NOT %(enforce_budget)s OR attempts < max_attempts)
-    ORDER BY lease_expires_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-"""
+LAPSED = REFERENCE[REFERENCE.index("), lapsed AS (\n"):REFERENCE.index("), spare AS (\n")]
 CANDIDATES = """        SELECT id, status, lease_token, 0 AS nth, 0 AS place FROM lapsed
         UNION ALL
 """

@@ -32,7 +32,6 @@ from reliableq.lab.exercises.skip_locked import TRY_PARAMS
 from reliableq.lab.invariants import Check
 from reliableq.lab.pieces import Pieces
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
-from reliableq.scratch import scratch_databases
 
 FILENAME = "fairness.sql"
 QUERY = "job_claim_due_fair"
@@ -120,9 +119,10 @@ HINTS = (
     "FOR UPDATE SKIP LOCKED).",
     "Number each tenant's jobs, row_number() OVER (PARTITION BY tenant ORDER BY run_at, id) AS nth, and take "
     "the lapsed leases (the starter's second branch on its own, FOR UPDATE SKIP LOCKED, with nth 0) and those "
-    "jobs together: ORDER BY nth, place LIMIT %(limit)s. Slots left empty (racing claims held the served "
-    "tenants' jobs) go to the oldest due jobs of anyone, FOR UPDATE SKIP LOCKED, LIMIT (SELECT %(limit)s - "
-    "count(*) FROM the ones taken). job_claim_due_fair in sql/queue.sql is the queue's own.",
+    "jobs together: ORDER BY nth, place LIMIT %(limit)s. Slots they leave empty (racing claims hold the served "
+    "tenants' jobs) go to the oldest due jobs of anyone not already offered, FOR UPDATE SKIP LOCKED, LIMIT "
+    "(SELECT greatest(%(limit)s - count(*), 0) FROM those), last in the order. job_claim_due_fair in "
+    "sql/queue.sql is the queue's own.",
 )
 
 MECHANISMS = Mechanisms()  # stage 11's switches: every mechanism on
@@ -369,16 +369,9 @@ def rows_of_jobs_read(plan: list[dict]) -> int:
     return sum(walk(entry["Plan"]) for entry in plan)
 
 
-async def try_claim(pieces: Pieces, filename: str) -> None:
-    """The learner's claim run once, rolled back: SQL PostgreSQL refuses is said at once, at its line."""
-    with scratch_databases("rq_try") as databases:
-        await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, filename, databases.queue_url,
-                                       TRY_PARAMS)
-
-
 async def scenario(pieces: Pieces, seed: int) -> tuple[Check, ScenarioResult]:
     import reliableq_stages
-    await try_claim(pieces, FILENAME)
+    await skip_locked.try_claim(pieces, FILENAME, QUERY)
     result = await reliableq_stages.get("fairness").scenario(True, ScenarioParams(seed=seed, pieces=pieces))
     m = result.measurements
     wrong = [] if m["jobs_ahead_of_b"] <= m["fair_bound"] else [

@@ -246,11 +246,12 @@ async def claimed_while_another_reads(scratch: schedules.Scratch, claim: str, la
                  "can share, so B takes the other two at once", wrong)
 
 
-async def try_claim(pieces: Pieces, filename: str) -> None:
-    """The learner's claim run once, rolled back: SQL PostgreSQL refuses is said at once, at its line (only
-    the claim: `pieces` may hold other exercises' queries, which take other parameters)."""
+async def try_claim(pieces: Pieces, filename: str, query: str = QUERY) -> None:
+    """The learner's claim (`query`: the first-in-first-out one, or the fair one) run once, rolled back: SQL
+    PostgreSQL refuses is said at once, at its line (only the claim: `pieces` may hold other exercises'
+    queries, which take other parameters)."""
     with scratch_databases("rq_try") as databases:
-        await learner_code.try_queries({QUERY: pieces.queue_queries[QUERY]}, filename, databases.queue_url,
+        await learner_code.try_queries({query: pieces.queue_queries[query]}, filename, databases.queue_url,
                                        TRY_PARAMS)
 
 
