@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,9 +70,16 @@ def cmd_lab(args: argparse.Namespace) -> int:
     # Kernels inherit the environment: every notebook then uses this workspace, and the server this command
     # found (DATABASE_URL as the user set it, or none: the same embedded server, so a notebook's banner
     # says which the learner chose).
-    env = os.environ | {WORKSPACE_VARIABLE: str(workspace.folder)}
+    # JupyterLab's terminals find `reliableq` too: this interpreter's scripts folder first on PATH (so a
+    # learner who ran the venv's `reliableq lab` without activating it has it), and a shell that is not a
+    # login shell, which JupyterLab starts whenever its own output is not a terminal and whose /etc/profile
+    # would reset PATH.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+    env = os.environ | {WORKSPACE_VARIABLE: str(workspace.folder), "PATH": path}
+    shell = os.environ.get("SHELL") or shutil.which("sh") or "/bin/sh"
     command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={workspace.folder}",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={args.port}", "--ServerApp.port_retries=0"]
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={args.port}", "--ServerApp.port_retries=0",
+               f"--ServerApp.terminado_settings=shell_command={shlex.quote(shell)}"]
     if args.no_browser:
         command.append("--no-browser")
     if os.geteuid() == 0:

@@ -86,21 +86,21 @@ async def test_right_answers_hold_in_every_forced_schedule(right):
 
 HELD = "a claim fills the slots its round cannot (the served tenants' jobs held by racing claims)"
 HELD_WHILE = "tenant-a's 2 jobs and tenant-c's 2 oldest were held, and tenant-b's 1 and tenant-c's other 6 free"
-ROUND = "claims of 1 and of 3 over four tenants, tenant-a flooding: no tenant with due work waits longer"
+ROUND = "claims of 1 and 3 jobs over four tenants, tenant-a flooding: no tenant with due work waits longer"
 
 
 @pytest.mark.parametrize("wrong, invariant, said", [
     (fairness.STARTER, ROUND, {"tenant": "tenant-b", "waited while": "5 jobs of others were claimed (up to claim 5 "
-                               "of 1)", "tenants waiting": 4, "bound": "4 jobs (1 round)"}),
-    (NO_TURN, ROUND, {"tenant": "tenant-b", "waited while": "5 jobs of others were claimed (up to claim 5 of 1)",
-                      "tenants waiting": 4, "bound": "4 jobs (1 round)"}),
-    (ONE_EACH, "4 claims that read the due jobs at the same moment each take at most the 2 jobs asked for",
-     {"claimers": 4, "each asked for": 2, "jobs due": 8, "taken in all": 4}),
+                               "(1 job each))", "tenants waiting": 4, "bound": "4 jobs (1 round)"}),
+    (NO_TURN, ROUND, {"tenant": "tenant-b", "waited while": "5 jobs of others were claimed (up to claim 5 (1 job "
+                      "each))", "tenants waiting": 4, "bound": "4 jobs (1 round)"}),
+    (ONE_EACH, "a lone tenant gets every slot of a claim", {"jobs due": "6, all tenant-a's", "asked for": 4,
+                                                            "took": 1}),
     (TENANT_BY_TENANT, "a claim gives every tenant with due work its oldest job before it gives any tenant a second",
-     {"claim": "1 of 3", "took": "3 of tenant-d's", "while waiting with none": "tenant-a, tenant-b, tenant-c"}),
-    (NO_SPARE, HELD, {"claim": "1 of 2", "took": "1 job", "while": HELD_WHILE}),
-    (SHARED_SPARE, HELD, {"claim": "1 of 2", "claimer B": "waited for the sharing claim"}),
-    (SPARE_AGAIN, HELD, {"claim": "1 of 2", "took": "1 job", "while": HELD_WHILE}),
+     {"claim": "1 (3 jobs each)", "took": "3 of tenant-b's", "gave none to": "tenant-a, tenant-c, tenant-d"}),
+    (NO_SPARE, HELD, {"claim": "1 (2 jobs each)", "took": "1 job", "while": HELD_WHILE}),
+    (SHARED_SPARE, HELD, {"claim": "1 (2 jobs each)", "claimer B": "waited for the sharing claim"}),
+    (SPARE_AGAIN, HELD, {"claim": "1 (2 jobs each)", "took": "1 job", "while": HELD_WHILE}),
     (NO_LOCK, "4 claims that read the due jobs at the same moment take different jobs", None),
     (WAITS, "4 claims that read the due jobs at the same moment neither wait for each other nor fail", None),
     (NO_LAPSED, "a claim takes the due jobs it is asked for", None),

@@ -8,6 +8,7 @@ import html
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,14 @@ def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_databa
         assert jupyter.environ()[WORKSPACE_VARIABLE] == str(workspace)
         # The learner's DATABASE_URL, or none: the kernels then find the same embedded server.
         assert jupyter.environ().get("DATABASE_URL") == os.environ.get("DATABASE_URL")
+        # A terminal opened in JupyterLab finds `reliableq`: not a login shell (whose /etc/profile resets PATH,
+        # as JupyterLab's default is when its output is not a terminal, as here), this venv's scripts first.
+        terminal = httpx.post(f"http://127.0.0.1:{port}/api/terminals?token=lab-test", timeout=10)
+        assert terminal.status_code == 200, terminal.text
+        named = Path(os.environ.get("SHELL") or "sh").name
+        (shell,) = [child for child in jupyter.children(recursive=True) if child.name() == named]
+        assert "-l" not in shell.cmdline() and "--login" not in shell.cmdline(), shell.cmdline()
+        assert shutil.which("reliableq", path=shell.environ()["PATH"]) == str(Path(sys.executable).parent / "reliableq")
     finally:
         process.terminate()
         process.wait(20)

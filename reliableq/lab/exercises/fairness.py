@@ -61,7 +61,8 @@ HEADER = """-- Exercise 11, fairness. Make the claim take the due jobs tenant by
 -- Given, above `due`: `waiting`, the tenants with a due PENDING job (one row each, found one index probe
 -- per tenant), and `turn`, this claim's `number` (one more than the claim before it, whichever worker
 -- made that one). A lateral join, CROSS JOIN LATERAL (SELECT ... LIMIT ... FOR UPDATE SKIP LOCKED), reads
--- one tenant's oldest due jobs. Write mod(a, b) for a remainder: psycopg reads a lone % as a parameter.
+-- one tenant's oldest due jobs. For a remainder write mod(a, b), or %% (psycopg reads a lone % as a
+-- parameter; the queue's own claim writes %%).
 --
 -- Leave `expired`, `claimed` and `opened` as they are. Keep the `-- name:` line.
 --
@@ -172,6 +173,11 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
         await learner_code.try_queries({QUERY: claim}, FILENAME, scratch.url, TRY_PARAMS)
         runs = [await schedules.claim_over_every_state(scratch, claim, reclaim, enforce)
                 for reclaim, enforce in SWITCHES]
+        # One claimer first (what the claim takes, whatever its lock), then claimers racing (its locks): a
+        # claim that takes too few jobs is told so before a race shows it as a claimer taking too few.
+        rounds = [await _rounds(scratch, claim, per_claim, claims, late_after)
+                  for per_claim, claims, late_after in ROUNDS]
+        lone = await _lone_tenant(scratch, claim)
         locks = []
         for layout in (skip_locked.DUE, skip_locked.LAPSED):  # the fair claim locks in two places
             await scratch.run("lab_jobs_clear")
@@ -180,12 +186,9 @@ async def direct(pieces: Pieces, seed: int) -> list[Check]:
             locks.append(await skip_locked.claimed_while_another_holds(scratch, claim, layout))
             await scratch.run("lab_jobs_clear")
             locks.append(await skip_locked.claimed_while_another_reads(scratch, claim, layout))
-        rounds = [await _rounds(scratch, claim, per_claim, claims, late_after)
-                  for per_claim, claims, late_after in ROUNDS]
-        lone = await _lone_tenant(scratch, claim)
         held = await _jobs_held(scratch, claim)
         reads = await _rows_read(scratch, claim)
-    return [*schedules.domain_checks(runs, closing=True), *locks, *_round_checks(rounds), lone, held, reads]
+    return [*schedules.domain_checks(runs, closing=True), *_round_checks(rounds), lone, *locks, held, reads]
 
 
 @dataclass
@@ -229,14 +232,14 @@ async def _rounds(scratch: schedules.Scratch, claim: str, per_claim: int, claims
             taken = await schedules.claim_once(conn, claim, worker_id="claimer", limit=per_claim,
                                                reclaim_expired=True, enforce_budget=True)
             by_tenant = Counter(tenant_of.get(row["id"], "?") for row in taken)
-            said = f"{number} of {per_claim}"
+            said = f"{number} ({per_claim} job{'s' * (per_claim > 1)} each)"
             took = ", ".join(f"{n} of {tenant}'s" for tenant, n in sorted(by_tenant.items())) or "nothing"
             due -= by_tenant
             if len(taken) < min(per_claim, sum(due.values()) + len(taken)):
                 result.short.append({"claim": said, "took": took, "jobs due": sum(due.values()) + len(taken)})
             if any(n > 1 for n in by_tenant.values()) and waiting - set(by_tenant):
                 result.seconds_first.append({"claim": said, "took": took,
-                                             "while waiting with none": ", ".join(sorted(waiting - set(by_tenant)))})
+                                             "gave none to": ", ".join(sorted(waiting - set(by_tenant)))})
             for tenant in sorted(waiting):
                 if by_tenant[tenant]:
                     waited[tenant] = most[tenant] = changes[tenant] = 0
@@ -260,13 +263,14 @@ async def _rounds(scratch: schedules.Scratch, claim: str, per_claim: int, claims
 
 
 def _round_checks(rounds: list[Rounds]) -> list[Check]:
-    every = " and ".join(f"of {r.per_claim}" for r in rounds)
+    sizes = " and ".join(str(r.per_claim) for r in rounds)
     return [
-        Check(f"claims {every} over four tenants, {FLOOD} flooding: no tenant with due work waits longer than one "
-              "round (K tenants waiting × the claim's size, in others' jobs): a claim that takes the oldest first, "
+        Check(f"claims of {sizes} jobs over four tenants, {FLOOD} flooding: no tenant with due work waits longer than "
+              "one round (K tenants waiting × the claim's size, in others' jobs): a claim that takes the oldest first, "
               "or starts every round at the same tenant, starves the others", [r for x in rounds for r in x.starved]),
-        Check(f"a tenant whose jobs arrive mid-run ({LATE}, after claim {rounds[0].late_after} of one, "
-              f"{rounds[1].late_after} of three) is served within one round of its arrival",
+        Check(f"a tenant whose jobs arrive mid-run ({LATE}, after claim {rounds[0].late_after} of the claims of one "
+              f"job, and after claim {rounds[1].late_after} of the claims of three) is served within one round of its "
+              "arrival",
               [r for x in rounds for r in x.late_starved]),
         Check("a claim gives every tenant with due work its oldest job before it gives any tenant a second",
               [r for x in rounds for r in x.seconds_first]),
@@ -309,7 +313,7 @@ async def _jobs_held(scratch: schedules.Scratch, claim: str) -> Check:
         await sharing.execute(schedules.lab_query("lab_jobs_hold_shared"), {"ids": shared_ids})
         holders = {racing.info.backend_pid: "the racing claim", sharing.info.backend_pid: "the sharing claim"}
         for number in range(1, HELD_CLAIMS + 1):
-            said = {"claim": f"{number} of 2"}
+            said = {"claim": f"{number} (2 jobs each)"}
             task = asyncio.create_task(schedules.claim_once(conn, claim, worker_id="claimer-B", limit=2,
                                                             reclaim_expired=True, enforce_budget=True))
             waits = await schedules.waiting_or_done(scratch, {"claimer-B": (task, conn.info.backend_pid)}, holders)
