@@ -245,7 +245,7 @@ def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_databa
         terminal = httpx.post(f"http://127.0.0.1:{port}/api/terminals?token=lab-test", timeout=10)
         assert terminal.status_code == 200, terminal.text
         named = Path(os.environ.get("SHELL") or "sh").name
-        (shell,) = [child for child in jupyter.children(recursive=True) if child.name() == named]
+        (shell,) = [child for child in jupyter.children() if child.name() == named]
         assert "-l" not in shell.cmdline() and "--login" not in shell.cmdline(), shell.cmdline()
         assert shutil.which("reliableq", path=shell.environ()["PATH"]) == str(Path(sys.executable).parent / "reliableq")
     finally:
