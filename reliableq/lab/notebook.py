@@ -3,12 +3,16 @@
 Notebooks hold narrative and calls; everything they compute or draw is here, where it is tested. The
 tables are pandas DataFrames of A/H/C/F per job; the charts are matplotlib figures (counts side by side,
 and a timeline of workers, leases, crashes and finalizations). Nothing here decides what a job is.
+Imported in a notebook's kernel, it also makes JupyterLab's interrupt (■) end a cell with one line
+instead of the traceback of every task it stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +23,7 @@ import matplotlib
 matplotlib.use(os.environ.get("MPLBACKEND") or "agg")  # notebooks switch to inline themselves
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from IPython import get_ipython  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 from reliableq import db
@@ -51,6 +56,23 @@ _MARKERS = {  # timeline event kind -> (marker, colour, label)
 
 OPEN_ATTEMPT = "attempt still open when the run ended"
 QUIET_SHARE = 0.3  # a stretch with no event this share of the run is marked: it is what the run shows
+
+
+STOPPED = ("■ Stopped: you interrupted the kernel. What the cell was running has ended and cleaned up after "
+           "itself (its servers and scratch databases); run the cell again to see its results.")
+
+
+def say_interrupts_in_one_line(shell: Any) -> None:
+    """An interrupt (KeyboardInterrupt, or the CancelledError of the run it cancelled) ends a cell of `shell`
+    with STOPPED, not a traceback through the harness, the queue and psycopg: stopping is what the learner
+    asked for, not a failure to read about."""
+    def stopped(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> None:
+        print(STOPPED, file=sys.stderr)
+    shell.set_custom_exc((KeyboardInterrupt, asyncio.CancelledError), stopped)
+
+
+if get_ipython() is not None:
+    say_interrupts_in_one_line(get_ipython())
 
 
 def database_banner() -> str:

@@ -251,3 +251,18 @@ def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_databa
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_an_interrupted_cell_ends_in_one_line_and_other_errors_keep_their_traceback(capsys):
+    """JupyterLab's ■ interrupts the kernel: the cell's run is cancelled, and the learner reads one line, not
+    the traceback of every task it stopped. Any other exception is still shown as IPython shows it."""
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    nb.say_interrupts_in_one_line(shell)
+    for interrupted in ("raise KeyboardInterrupt", "import asyncio\nraise asyncio.CancelledError()"):
+        shell.run_cell(interrupted)
+        said = capsys.readouterr()
+        assert nb.STOPPED in said.err and "Traceback" not in said.out + said.err, said
+    shell.run_cell("1 / 0")
+    said = capsys.readouterr()
+    assert "ZeroDivisionError" in said.out + said.err and nb.STOPPED not in said.out + said.err
