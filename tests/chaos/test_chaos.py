@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.lab.chaos import SHOWN_BY_CHAOS, ChaosConfig, fault_schedule, run_chaos
+from reliableq.lab.chaos import FLOOD_TENANT, SHOWN_BY_CHAOS, ChaosConfig, fault_schedule, run_chaos, tenant_mix
 
 SEED = 1
 FAST = dict(seed=SEED, jobs=120, workers=3, lease_seconds=0.5, settle_seconds=20.0)
@@ -40,6 +40,20 @@ def test_same_seed_gives_the_same_fault_schedule():
     assert fault_schedule(ChaosConfig(seed=5)) != fault_schedule(ChaosConfig(seed=6))
     kinds = {f.action for f in fault_schedule(ChaosConfig(seed=5))}
     assert kinds == {"crash", "pause", "api_crash", "poison", "slow_commit", "slow_renewal", "lost_answer"}
+
+
+def test_the_seed_decides_the_tenant_mix_and_leaves_the_fault_schedule_alone():
+    """One tenant floods, its jobs submitted first; three quiet tenants follow with 3 to 8 jobs each (at
+    most a quarter of the run), in an order the seed shuffles; the faults are the same with one tenant."""
+    config = ChaosConfig(seed=5)
+    mix = tenant_mix(config)
+    assert mix == tenant_mix(ChaosConfig(seed=5)) != tenant_mix(ChaosConfig(seed=6))
+    quiet = [tenant for tenant in mix if tenant != FLOOD_TENANT]
+    assert mix == [FLOOD_TENANT] * (len(mix) - len(quiet)) + quiet and len(mix) == config.jobs
+    assert sorted(set(quiet)) == ["quiet-1", "quiet-2", "quiet-3"] and len(quiet) <= config.jobs // 4
+    assert all(3 <= quiet.count(tenant) <= 8 for tenant in set(quiet))
+    assert tenant_mix(ChaosConfig(seed=5, quiet_tenants=0)) == [FLOOD_TENANT] * config.jobs
+    assert fault_schedule(config) == fault_schedule(ChaosConfig(seed=5, quiet_tenants=0))
 
 
 @pytest.mark.parametrize("seed", range(30))
