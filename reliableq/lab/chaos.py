@@ -66,9 +66,8 @@ class ChaosConfig:
 
 
 # The mechanisms whose absence a chaos run shows. It runs on one server: sync_standby needs a standby and a
-# failover, which `reliableq chaos --failover` (reliableq/lab/failover_chaos.py) and its stage stage. Its
-# jobs are one tenant's, so fairness has nothing to share out: its stage shows it.
-SHOWN_BY_CHAOS = tuple(name for name in Mechanisms.names() if name not in ("sync_standby", "fairness"))
+# failover, which `reliableq chaos --failover` (reliableq/lab/failover_chaos.py) and its stage stage.
+SHOWN_BY_CHAOS = tuple(name for name in Mechanisms.names() if name != "sync_standby")
 
 
 FLOOD_TENANT = "flood"
@@ -228,6 +227,12 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         for index, fault in by_index.items():
             if fault.action not in ("api_crash", "poison"):
                 _arm(faults, fault, _for_job(acknowledged[index]), config.lease_seconds * 1.6)
+        # Every submission stored (or lost to an API crash) before the first claim, so that the fairness
+        # check knows from when each first-time job was surely waiting for every claim's snapshot. With
+        # commit_before_ack off an acknowledged job is stored just after its 202.
+        await system.wait_until(_submissions_landed(system, api_faults, config.jobs), config.settle_seconds,
+                                "every submission to be stored")
+        visible_from = await system.queue.database_now()
         began = time.monotonic()
         stop = asyncio.Event()
         supervisors = [asyncio.create_task(_supervise(system, settings, charge_timeout, faults, slot, stop))
@@ -258,6 +263,7 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         peaks = [peak for slot in results for peak in slot.peaks]
         checks = await invariants.check_stored(system.databases, acknowledged, enforce_budget=True)
         checks.append(invariants.capacity_check(peaks, config.concurrency))
+        checks.append(await invariants.fairness_check(system.databases, config.workers, visible_from))
         if config.outage_seconds > 0:
             checks.append(await invariants.outage_check(system.databases))
         if config.fleet_limit is not None:
@@ -309,6 +315,13 @@ def _mix_said(tenants: list[str]) -> str:
     jobs = Counter(tenants)
     quiet = [f"{tenant} {jobs[tenant]}" for tenant in sorted(jobs) if tenant != FLOOD_TENANT]
     return f"{FLOOD_TENANT} {jobs[FLOOD_TENANT]} jobs first" + (", then " + ", ".join(quiet) if quiet else "")
+
+
+def _submissions_landed(system: LocalSystem, api_faults: FaultPlan, jobs: int):
+    async def check() -> bool:
+        lost = sum(1 for fault in api_faults.triggered if fault.action == "crash")
+        return sum((await system.queue.counts()).values()) + lost >= jobs
+    return check
 
 
 def _no_pause(faults: FaultPlan):
