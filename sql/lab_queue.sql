@@ -174,3 +174,76 @@ SELECT tenant, jobs, claims, retries, seconds_per_claim, claims_contested, retri
        worker_seconds_contested / nullif(contested_seconds, 0) AS in_flight_contested,
        contested_seconds
 FROM per_tenant ORDER BY tenant;
+
+-- name: job_claims_with_bounds
+-- Each claim (the jobs one worker's statement took, sharing its claimed_at) with the bounds on its timing
+-- that the fairness check (reliableq/lab/invariants.py fairness_check) relies on; see the fragment.
+WITH
+-- include: claims_with_bounds
+SELECT worker_id, claimed_at, decided_by, committed_by, took_lapsed, tenants FROM claim
+ORDER BY claimed_at, worker_id;
+
+-- name: job_waits_with_bounds
+-- Each spell a job may have spent PENDING (so in a fair claim's `waiting`, once due): from its insert until
+-- its first claim, and from each retry until the next claim after it. maybe_from..maybe_to: every moment a
+-- claim's snapshot may have seen it waiting (the insert's created_at or the retry's finished_at, both before
+-- their commit, until the taking claim's committed_by; NULL: never taken, or nothing bounds its commit).
+-- surely_from..surely_to: the moments every snapshot surely saw it waiting and due, for the first spell of
+-- a job created by %(visible_from)s (the caller knows every such submission had committed then): from then
+-- until its first claim wrote its row, the claim committing after that (NULL: never claimed). surely_from
+-- NULL: never sure, as for a retry's spell, whose commit nothing stored bounds.
+WITH
+-- include: claims_with_bounds
+, taker AS (
+    SELECT attempt.job_id, attempt.attempt, attempt.claimed_at, attempt.recorded_at, claim.committed_by
+    FROM attempt JOIN claim USING (worker_id, claimed_at)
+)
+SELECT jobs.id AS job_id, jobs.tenant, jobs.created_at AS maybe_from, first.committed_by AS maybe_to,
+       sure.surely_from, CASE WHEN sure.surely_from IS NOT NULL THEN first.recorded_at END AS surely_to
+FROM jobs LEFT JOIN taker AS first ON first.job_id = jobs.id AND first.attempt = 1
+CROSS JOIN LATERAL (SELECT CASE WHEN jobs.created_at <= %(visible_from)s::timestamptz
+                                THEN %(visible_from)s::timestamptz END AS surely_from) AS sure
+UNION ALL
+-- After a retry, until the first claim after it (with fencing off a stale owner's retry may land after a
+-- later claim of the job: the job is PENDING from it until the claim after that).
+SELECT retried.job_id, retried.tenant, retried.finished_at,
+       (SELECT next.committed_by FROM taker AS next
+        WHERE next.job_id = retried.job_id AND next.claimed_at > retried.finished_at
+        ORDER BY next.claimed_at LIMIT 1),
+       NULL, NULL
+FROM attempt AS retried WHERE retried.outcome = 'retried'
+ORDER BY tenant, maybe_from;
+
+-- fragment: claims_with_bounds
+-- `attempt`: every claim of every job, with its tenant and the outcome of the job's attempt before.
+-- `claim`: per claim (worker_id, claimed_at), what the fairness check may assume of its timing. It decided
+-- (took its snapshot, its turn and its locks) between claimed_at, its transaction's start, and decided_by,
+-- the last row it wrote (clock_timestamp(), written after every lock and the turn: job_claim_due_fair's
+-- `due` is sorted before anything is taken). It had committed by committed_by, the first thing that
+-- cannot come before its commit: its worker's next claim (a worker runs one claim at a time), a finalize
+-- of one of its attempts, or a later claim of one of its jobs, which saw it committed (that claim's row,
+-- not its claimed_at: a transaction's start may come before a commit its snapshot sees); NULL when nothing
+-- came after. took_lapsed: it took a job whose lease had run out (the job's attempt before was not
+-- retried), so it may have locked a tenant's due jobs and taken none of them (lapsed leases come first).
+attempt AS (
+    SELECT a.job_id, a.attempt, a.worker_id, a.claimed_at, a.recorded_at, a.finished_at, a.outcome, j.tenant,
+           lag(a.outcome) OVER (PARTITION BY a.job_id ORDER BY a.attempt) AS previous_outcome
+    FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+), claimed AS (
+    SELECT worker_id, claimed_at, max(recorded_at) AS decided_by,
+           bool_or(attempt > 1 AND previous_outcome IS DISTINCT FROM 'retried') AS took_lapsed,
+           array_agg(DISTINCT tenant ORDER BY tenant) AS tenants
+    FROM attempt GROUP BY worker_id, claimed_at
+), claim AS (
+    SELECT claimed.*, least(
+               (SELECT min(next.claimed_at) FROM claimed AS next
+                WHERE next.worker_id = claimed.worker_id AND next.claimed_at > claimed.claimed_at),
+               (SELECT min(own.finished_at) FROM attempt AS own
+                WHERE own.worker_id = claimed.worker_id AND own.claimed_at = claimed.claimed_at
+                  AND own.outcome IN ('succeeded', 'retried', 'dead', 'lost_succeed', 'lost_retry', 'lost_dead')),
+               (SELECT min(later.recorded_at) FROM attempt AS own
+                JOIN attempt AS later ON later.job_id = own.job_id AND later.attempt > own.attempt
+                WHERE own.worker_id = claimed.worker_id AND own.claimed_at = claimed.claimed_at)
+           ) AS committed_by
+    FROM claimed
+)

@@ -1,12 +1,12 @@
 """The seeded chaos suite: many jobs, several workers, crashes, long pauses and failures, then a check.
 
 A seed fixes the whole fault schedule: which job (by submission order) meets which crash or pause, and
-which charge requests fail. Crashed workers are restarted, as a process supervisor would. Once every
-job has settled (or the settle time ran out, or only jobs past their attempt budget are left) the
-invariants are checked directly in PostgreSQL. With a mechanism switched off, the report names the
-invariant that broke. In-process workers share one event
-loop, so a "pause" stalls one handler (its lease stops being renewed), not a whole process; the real
-SIGSTOP and SIGKILL versions are `reliableq demo pause` and `reliableq demo kill9`.
+which charge requests fail; and whose each job is (one tenant floods the queue ahead of a few quiet ones).
+Crashed workers are restarted, as a process supervisor would. Once every job has settled (or the settle
+time ran out, or only jobs past their attempt budget are left) the invariants are checked directly in
+PostgreSQL. With a mechanism switched off, the report names the invariant that broke. In-process workers
+share one event loop, so a "pause" stalls one handler (its lease stops being renewed), not a whole process;
+the real SIGSTOP and SIGKILL versions are `reliableq demo pause` and `reliableq demo kill9`.
 """
 
 from __future__ import annotations
@@ -57,15 +57,36 @@ class ChaosConfig:
     # Attempts each job may make. The outage meets the slowest jobs, which have spent some already: a
     # larger budget leaves them enough retries for the outage's requests to tell backoff from none.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # Whose jobs they are (tenant_mix): one tenant floods the queue, its jobs submitted first, then this many
+    # quiet tenants submit a few jobs each. 0: every job is one tenant's (the exercise checker's runs).
+    quiet_tenants: int = 3
     settle_seconds: float = 60.0  # how long the system may take to finish every job
     mechanisms: Mechanisms = Mechanisms()
     pieces: Pieces = SHIPPED  # a learner's queries or policy in place of the shipped ones (the exercises)
 
 
 # The mechanisms whose absence a chaos run shows. It runs on one server: sync_standby needs a standby and a
-# failover, which `reliableq chaos --failover` (reliableq/lab/failover_chaos.py) and its stage stage. Its
-# jobs are one tenant's, so fairness has nothing to share out: its stage shows it.
-SHOWN_BY_CHAOS = tuple(name for name in Mechanisms.names() if name not in ("sync_standby", "fairness"))
+# failover, which `reliableq chaos --failover` (reliableq/lab/failover_chaos.py) and its stage stage.
+SHOWN_BY_CHAOS = tuple(name for name in Mechanisms.names() if name != "sync_standby")
+
+
+FLOOD_TENANT = "flood"
+QUIET_JOBS = (3, 8)  # each quiet tenant submits between this many jobs, both included
+
+
+def tenant_mix(config: ChaosConfig) -> list[str]:
+    """Each job's tenant, by submission order: the flood tenant's jobs first, then the quiet tenants' few
+    jobs each (3 to 8, at most a quarter of the run between them), in an order the seed shuffles. Drawn
+    from a random stream of its own, so the fault schedule of a seed is the same with tenants or without.
+    First in, first out, the quiet tenants wait for the whole flood; the fair claim serves them at once."""
+    rng = random.Random(f"tenant mix {config.seed}")
+    quiet: list[str] = []
+    room = config.jobs // 4
+    for number in range(1, config.quiet_tenants + 1):
+        jobs = min(rng.randint(*QUIET_JOBS), room - len(quiet))
+        quiet += [f"quiet-{number}"] * max(jobs, 0)
+    rng.shuffle(quiet)
+    return [FLOOD_TENANT] * (config.jobs - len(quiet)) + quiet
 
 
 @dataclass(frozen=True)
@@ -158,6 +179,7 @@ class ChaosReport:
             f"past the lease, {kinds.get('lost_answer', 0)} lost COMMIT answers; "
             f"charge failures: {c.transient_rate:.0%} transient, {c.permanent_rate:.0%} permanent, "
             f"an outage of {c.outage_seconds:g}s" + (f"; fleet limit {c.fleet_limit}" if c.fleet_limit else ""),
+            f"tenants: {_mix_said(tenant_mix(c))}",
             f"acknowledged {self.acknowledged}, worker restarts {self.restarts}, "
             f"{'settled' if self.settled else 'did NOT settle'} in {self.seconds:.1f}s; "
             + " ".join(f"{s}={n}" for s, n in self.status_counts.items()),
@@ -198,12 +220,19 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         # The API's fault point sees job ids it has not returned yet, so it is armed by call order.
         _arm_api_crashes(api_faults, api_crash_calls)
         poison_amount = charge_faults.decline_over_cents + 1
+        tenants = tenant_mix(config)
         acknowledged = [await system.submit_http(poison_amount if _is(by_index, index, "poison") else 1000 + index,
-                                                 max_attempts=config.max_attempts)
+                                                 max_attempts=config.max_attempts, tenant=tenants[index])
                         for index in range(config.jobs)]
         for index, fault in by_index.items():
             if fault.action not in ("api_crash", "poison"):
                 _arm(faults, fault, _for_job(acknowledged[index]), config.lease_seconds * 1.6)
+        # Every submission stored (or lost to an API crash) before the first claim, so that the fairness
+        # check knows from when each first-time job was surely waiting for every claim's snapshot. With
+        # commit_before_ack off an acknowledged job is stored just after its 202.
+        await system.wait_until(_submissions_landed(system, api_faults, config.jobs), config.settle_seconds,
+                                "every submission to be stored")
+        visible_from = await system.queue.database_now()
         began = time.monotonic()
         stop = asyncio.Event()
         supervisors = [asyncio.create_task(_supervise(system, settings, charge_timeout, faults, slot, stop))
@@ -234,6 +263,7 @@ async def run_chaos(config: ChaosConfig = ChaosConfig()) -> ChaosReport:
         peaks = [peak for slot in results for peak in slot.peaks]
         checks = await invariants.check_stored(system.databases, acknowledged, enforce_budget=True)
         checks.append(invariants.capacity_check(peaks, config.concurrency))
+        checks.append(await invariants.fairness_check(system.databases, config.workers, visible_from))
         if config.outage_seconds > 0:
             checks.append(await invariants.outage_check(system.databases))
         if config.fleet_limit is not None:
@@ -278,6 +308,19 @@ def _terminal_at_least(system: LocalSystem, jobs: int):
     async def check() -> bool:
         counts = await system.queue.counts()
         return counts["SUCCEEDED"] + counts["DEAD"] >= jobs
+    return check
+
+
+def _mix_said(tenants: list[str]) -> str:
+    jobs = Counter(tenants)
+    quiet = [f"{tenant} {jobs[tenant]}" for tenant in sorted(jobs) if tenant != FLOOD_TENANT]
+    return f"{FLOOD_TENANT} {jobs[FLOOD_TENANT]} jobs first" + (", then " + ", ".join(quiet) if quiet else "")
+
+
+def _submissions_landed(system: LocalSystem, api_faults: FaultPlan, jobs: int):
+    async def check() -> bool:
+        lost = sum(1 for fault in api_faults.triggered if fault.action == "crash")
+        return sum((await system.queue.counts()).values()) + lost >= jobs
     return check
 
 

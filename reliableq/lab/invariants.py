@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg.rows import dict_row
@@ -154,3 +155,141 @@ async def accounts_check(databases: Databases, reports: dict[str, dict[str, int]
         if reported != recorded[worker]:
             mismatched.append({"worker": worker, "reported": reported, "recorded": recorded[worker]})
     return Check("every worker's account of its finalizes matches PostgreSQL", mismatched)
+
+
+# Fairness: the bound, and why it holds. `fairness_check` judges every run of consecutive claims (in claimed_at
+# order) that took none of tenant T's jobs, over its span: from the first one's claimed_at to the last moment
+# any of them was still deciding (the latest decided_by). A run is judged when, throughout its span, the
+# ledger says for sure that (a) T had a due job waiting (a first spell of one of its jobs covers the span),
+# (b) every other tenant surely had one or surely had none, so every snapshot taken in the span saw the same
+# K tenants with due work, and (c) no claim that took a lapsed lease, nor one that took a job of T, was
+# deciding or uncommitted in it ([claimed_at, committed_by) of each such claim misses the span). The
+# invariant: a judged run has at most fair_bound(K, W) = (K-1)(2W-1) claims, W the workers claiming.
+#
+# Why, from sql/queue.sql job_claim_due_fair. (1) Every claim statement takes the next turn of job_claim_turns
+# (consecutive over all claims, the empty ones the ledger never sees included) and serves first the tenant at
+# position turn mod K among its snapshot's tenants with due work, in name order. With the same K tenants for
+# every snapshot in the span, T is first for one turn in any K consecutive ones. (2) A claim that decides
+# within the span with T first takes one of T's jobs: lapsed leases come before anyone's job, but by (c) it
+# took none; T's oldest unlocked due job is its first candidate; and T has one unlocked: by (a) a job never
+# claimed, which nothing but a fair claim locks, and a fair claim that locks T's jobs takes the first of them
+# unless lapsed leases filled its slots (else at most `place` < L first jobs come before T's); (c) leaves
+# neither kind deciding or uncommitted in the span. So no claim deciding within the span, of the run or not,
+# empty or not, has T first. (3) Take the range of turns from the run's lowest to its highest. A turn in it
+# that puts T first belongs to a claim deciding partly outside the span: one already deciding when the run's
+# first claim began (at most W-1, one per other worker), or one still deciding when the span ended (at most
+# W-1). So the range holds f <= 2(W-1) turns with T first, is shorter than K(f+1), and besides those f turns
+# holds the run's claims: at most K(f+1) - 1 - f = (K-1)(f+1) <= (K-1)(2W-1). For one worker, K-1: every other
+# tenant once (stage 11); for one tenant, none.
+#
+# Boundary. Runs the ledger cannot vouch for are not judged: across a change in the tenants with due work
+# (a retry coming due, a tenant's last job taken), T's place in the round is recomputed from the turn modulo
+# a new K and may fall anywhere, so the fair claim promises no bound across changes, and none is checked;
+# nor while a lapsed lease or T's own job was being taken. A claim that failed after taking its turn is not
+# in the ledger and would be an unseen turn: in chaos no fault interrupts a claim.
+
+
+def fair_bound(tenants_waiting: int, workers: int) -> int:
+    """The most claims in a row that may take none of a waiting tenant's jobs (the comment above)."""
+    return (tenants_waiting - 1) * (2 * workers - 1)
+
+
+FAIRNESS = "a waiting tenant was passed over by at most (K-1)(2W-1) claims in a row (K tenants waiting, W workers)"
+_FOREVER = datetime.max.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ClaimBounds:
+    """One claim as job_claims_with_bounds reads it; None for committed_by: nothing came after it."""
+
+    worker_id: str
+    claimed_at: datetime
+    decided_by: datetime
+    committed_by: datetime | None
+    took_lapsed: bool
+    tenants: list[str]
+
+
+@dataclass(frozen=True)
+class WaitBounds:
+    """One spell a job may have spent waiting, as job_waits_with_bounds reads it (None: open or unknown)."""
+
+    job_id: uuid.UUID
+    tenant: str
+    maybe_from: datetime
+    maybe_to: datetime | None
+    surely_from: datetime | None
+    surely_to: datetime | None
+
+    def surely_covers(self, start: datetime, end: datetime) -> bool:
+        return self.surely_from is not None and self.surely_from <= start and (self.surely_to or _FOREVER) >= end
+
+    def maybe_meets(self, start: datetime, end: datetime) -> bool:
+        # Both ends are strict bounds: the job became visible after maybe_from, its taker committed before maybe_to.
+        return self.maybe_from < end and (self.maybe_to or _FOREVER) > start
+
+
+async def fairness_check(databases: Databases, workers: int, visible_from: datetime) -> Check:
+    """While a tenant had a due job, at most fair_bound(K, W) claims in a row took none of its jobs, in every
+    run the ledger can vouch for (the comment above). `workers`: how many workers claimed at once;
+    `visible_from`: a moment by which every submission had committed."""
+    claims = [ClaimBounds(**row) for row in await _rows(databases.queue_url, "lab_queue", "job_claims_with_bounds")]
+    waits = [WaitBounds(**row) for row in await _rows(databases.queue_url, "lab_queue", "job_waits_with_bounds",
+                                                       {"visible_from": visible_from})]
+    runs = runs_past_waiting_tenants(claims, waits, workers)
+    over = [run for run in runs if run["passed_over_by"] > run["bound"]]
+    tightest = max(runs, key=lambda run: (run["passed_over_by"] - run["bound"], run["passed_over_by"]), default=None)
+    note = ("no judged claim passed over a waiting tenant" if tightest is None else
+            f"longest: {tightest['passed_over_by']} claim(s) past {tightest['tenant']} while "
+            f"{tightest['tenants_waiting']} tenants waited; bound {tightest['bound']} with {workers} workers")
+    return Check(FAIRNESS, over, note=note)
+
+
+def runs_past_waiting_tenants(claims: list[ClaimBounds], waits: list[WaitBounds], workers: int) -> list[dict]:
+    """Per tenant, its judged run of claims with the most claims over its bound (then the longest): the
+    tenant, a job of it that surely waited throughout, how many claims passed it over, the tenants waiting
+    (K), the bound, and when the run began and ended. Claims in claimed_at order."""
+    claims = sorted(claims, key=lambda c: (c.claimed_at, c.worker_id))
+    runs = []
+    for tenant in sorted({wait.tenant for wait in waits}):
+        holders = [(c.claimed_at, c.committed_by or _FOREVER) for c in claims if c.took_lapsed or tenant in c.tenants]
+        best: dict | None = None
+        last = -1
+        for first in range(len(claims)):
+            # A run that is judged stays judged without its first claim: the longest from each first claim
+            # ends no earlier than the longest from the one before.
+            last = max(last, first - 1)
+            while last + 1 < len(claims) and _judged(tenant, claims[first:last + 2], holders, waits):
+                last += 1
+            if last < first:
+                continue
+            tenants_waiting, job_id = _judged(tenant, claims[first:last + 1], holders, waits)
+            run = {"tenant": tenant, "job_id": job_id, "passed_over_by": last - first + 1,
+                   "tenants_waiting": tenants_waiting, "bound": fair_bound(tenants_waiting, workers),
+                   "from": claims[first].claimed_at, "to": claims[last].claimed_at}
+            if best is None or ((run["passed_over_by"] - run["bound"], run["passed_over_by"])
+                                > (best["passed_over_by"] - best["bound"], best["passed_over_by"])):
+                best = run
+        if best is not None:
+            runs.append(best)
+    return runs
+
+
+def _judged(tenant: str, run: list[ClaimBounds], holders: list[tuple[datetime, datetime]],
+            waits: list[WaitBounds]) -> tuple[int, uuid.UUID] | None:
+    """(K, a job of `tenant` that surely waited throughout) if the ledger vouches for `run`, else None."""
+    start, end = run[0].claimed_at, max(claim.decided_by for claim in run)
+    if any(taken < end and committed > start for taken, committed in holders):
+        return None
+    sure = sorted((wait for wait in waits if wait.tenant == tenant and wait.surely_covers(start, end)),
+                  key=lambda wait: wait.maybe_from)
+    if not sure:
+        return None
+    tenants_waiting = 1
+    for other in {wait.tenant for wait in waits} - {tenant}:
+        spells = [wait for wait in waits if wait.tenant == other]
+        if any(wait.surely_covers(start, end) for wait in spells):
+            tenants_waiting += 1
+        elif any(wait.maybe_meets(start, end) for wait in spells):
+            return None  # whether it had due work changed, or may have, within the span
+    return tenants_waiting, sure[0].job_id

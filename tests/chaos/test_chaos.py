@@ -1,5 +1,5 @@
-"""The seeded chaos suite: invariants hold with every mechanism on, and each of the eight mechanisms
-switched off breaks the invariant it exists for. Short leases keep the whole file to well under a minute."""
+"""The seeded chaos suite: invariants hold with every mechanism on, and each of the nine mechanisms it can
+show switched off breaks the invariant it exists for. Short leases keep the whole file to about a minute."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from reliableq.config import Mechanisms
-from reliableq.lab.chaos import SHOWN_BY_CHAOS, ChaosConfig, fault_schedule, run_chaos
+from reliableq.lab.chaos import FLOOD_TENANT, SHOWN_BY_CHAOS, ChaosConfig, fault_schedule, run_chaos, tenant_mix
+from reliableq.lab.invariants import FAIRNESS
 
 SEED = 1
 FAST = dict(seed=SEED, jobs=120, workers=3, lease_seconds=0.5, settle_seconds=20.0)
@@ -24,14 +25,14 @@ BROKEN_WITHOUT = {
     "backoff": "retries backed off during the outage (at most 5 requests from any job)",
     "dead": "attempt budgets held",
     "semaphore": "in-flight work never exceeded capacity (4 per worker)",
+    "fairness": FAIRNESS,
 }
 
 
 def test_chaos_shows_every_mechanism_but_the_standbys():
     """Each mechanism a chaos run can show off has the invariant it breaks below; sync_standby needs a
-    standby and fairness tenants, which chaos does not run (their stages show them)."""
-    assert list(BROKEN_WITHOUT) == list(SHOWN_BY_CHAOS) == [m for m in Mechanisms.names()
-                                                           if m not in ("sync_standby", "fairness")]
+    standby, which chaos does not run (its stage and `reliableq chaos --failover` show it)."""
+    assert list(BROKEN_WITHOUT) == list(SHOWN_BY_CHAOS) == [m for m in Mechanisms.names() if m != "sync_standby"]
 
 
 def test_same_seed_gives_the_same_fault_schedule():
@@ -40,6 +41,20 @@ def test_same_seed_gives_the_same_fault_schedule():
     assert fault_schedule(ChaosConfig(seed=5)) != fault_schedule(ChaosConfig(seed=6))
     kinds = {f.action for f in fault_schedule(ChaosConfig(seed=5))}
     assert kinds == {"crash", "pause", "api_crash", "poison", "slow_commit", "slow_renewal", "lost_answer"}
+
+
+def test_the_seed_decides_the_tenant_mix_and_leaves_the_fault_schedule_alone():
+    """One tenant floods, its jobs submitted first; three quiet tenants follow with 3 to 8 jobs each (at
+    most a quarter of the run), in an order the seed shuffles; the faults are the same with one tenant."""
+    config = ChaosConfig(seed=5)
+    mix = tenant_mix(config)
+    assert mix == tenant_mix(ChaosConfig(seed=5)) != tenant_mix(ChaosConfig(seed=6))
+    quiet = [tenant for tenant in mix if tenant != FLOOD_TENANT]
+    assert mix == [FLOOD_TENANT] * (len(mix) - len(quiet)) + quiet and len(mix) == config.jobs
+    assert sorted(set(quiet)) == ["quiet-1", "quiet-2", "quiet-3"] and len(quiet) <= config.jobs // 4
+    assert all(3 <= quiet.count(tenant) <= 8 for tenant in set(quiet))
+    assert tenant_mix(ChaosConfig(seed=5, quiet_tenants=0)) == [FLOOD_TENANT] * config.jobs
+    assert fault_schedule(config) == fault_schedule(ChaosConfig(seed=5, quiet_tenants=0))
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -79,6 +94,15 @@ async def test_many_permits_and_a_short_lease_do_not_trip_the_checker_itself():
     ran late and leases were lost (as they would be by any overloaded worker)."""
     report = await run_chaos(ChaosConfig(**(FAST | {"lease_seconds": 1.5}), concurrency=48))
     assert report.settled and report.ok, report.text()
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+async def test_no_waiting_tenant_is_passed_over_past_the_bound_with_the_fair_claim(seed):
+    """Other seeds, other mixes and schedules: the fair claim keeps every waiting tenant within the bound
+    (seed 1 is the run above)."""
+    report = await run_chaos(ChaosConfig(**(FAST | {"seed": seed})))
+    (fairness,) = [check for check in report.checks if check.name == FAIRNESS]
+    assert fairness.held, report.text()
 
 
 @pytest.mark.parametrize("mechanism", list(BROKEN_WITHOUT))

@@ -10,6 +10,7 @@ import pytest
 
 from reliableq.lab.chaos import run_chaos
 from reliableq.lab.exercises import EXERCISES, checker
+from reliableq.lab.invariants import FAIRNESS
 
 pytestmark = pytest.mark.slow
 
@@ -85,8 +86,11 @@ async def test_unfinished_jobs_are_caught_once_the_run_stops_waiting():
 
 def test_every_invariant_a_chaos_run_checks_is_shown_firing():
     """The list above is every check the checker's chaos runs make (the accounts check aside: the pieces
-    cannot make a worker miscount; tests/repository/test_invariants.py shows it firing)."""
-    names = {*FIRES, "every job is SUCCEEDED or DEAD", "every worker's account of its finalizes matches PostgreSQL"}
+    cannot make a worker miscount; tests/repository/test_invariants.py shows it firing; and the fairness
+    check: the checker's runs have one tenant and the FIFO claim, since no exercise writes the fair claim;
+    tests/chaos shows it firing)."""
+    names = {*FIRES, "every job is SUCCEEDED or DEAD", "every worker's account of its finalizes matches PostgreSQL",
+             FAIRNESS}
     assert names == set(CHECKS_OF_A_CHAOS_RUN)
 
 
@@ -98,5 +102,5 @@ CHECKS_OF_A_CHAOS_RUN = [
     "attempt budgets held", "in-flight work never exceeded capacity (4 per worker)",
     "retries backed off during the outage (at most 5 requests from any job)",
     "a lease was lost only by a crashed or stalled worker",
-    "every worker's account of its finalizes matches PostgreSQL",
+    "every worker's account of its finalizes matches PostgreSQL", FAIRNESS,
 ]
