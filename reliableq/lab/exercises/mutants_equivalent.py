@@ -62,6 +62,14 @@ _FAIR_EQUIVALENT = {
     _FAIR + "lapsed: lock FOR UPDATE SKIP LOCKED -> FOR NO KEY UPDATE SKIP LOCKED":
         "a right answer: FOR NO KEY UPDATE conflicts with itself, so claimers still exclude each other, and skip "
         "each other's rows",
+    _FAIR + "spare: `run_at <= COALESCE(CAST(%(now)s AS timestamptz), now())`: <= -> <": _BOUNDARY,
+    _FAIR + "spare: `now()` -> clock_timestamp()": "a right answer: another clock read (issue 22, item 5)",
+    _FAIR + "spare: lock FOR UPDATE SKIP LOCKED -> FOR NO KEY UPDATE SKIP LOCKED":
+        "a right answer: FOR NO KEY UPDATE conflicts with itself, so claimers still exclude each other, and skip "
+        "each other's rows",
+    _FAIR + "due: `%(limit)s + 1`: %(limit)s -> %(lease_seconds)s":
+        "where the spare's jobs sort cannot matter: the spare is asked only for the slots the lapsed and offered "
+        "jobs leave, so whenever it has any, every candidate fits in the claim's LIMIT",
     _FAIR + "lapsed: `status = 'RUNNING'`: = -> >=":
         "admits SUCCEEDED too, whose lease_expires_at job_succeed always sets NULL: never `<= now()`",
     **{_FAIR + description.removeprefix(_CLAIM): reason for description, reason in _CLAIM_EQUIVALENT.items()
