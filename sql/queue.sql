@@ -153,7 +153,9 @@ SELECT * FROM claimed ORDER BY run_at, id;
 -- its oldest due job before any is offered a second, and each claim starts its round one tenant further
 -- on (a sequence numbers the claims, so none waits for another to take its turn). So a tenant's backlog
 -- cannot hold back another tenant's job: a claim of L jobs reaches any waiting tenant within K claims
--- (K tenants with due work), however long the queues. Work-conserving: slots no other tenant can fill
+-- (K tenants with due work), however long the queues, while the tenants waiting stay the same. Each one
+-- arriving or running out moves every place in the round, and may cost a waiting tenant one round more
+-- (tenants coming and going in step with the turns could pass one over for as long as they keep it up). Work-conserving: slots no other tenant can fill
 -- go to the tenants with more due, and slots racing claims leave empty to the oldest due jobs. Leases that ran out are taken first, as in job_claim_due_skip_locked;
 -- still one statement, locked rows skipped, leased and fenced alike.
 WITH RECURSIVE tenant_steps AS (
