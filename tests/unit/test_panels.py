@@ -310,6 +310,18 @@ def test_the_panels_progress_line_shows_what_the_cli_recorded(tmp_path):
     assert "1 of 10 passed" in ExercisePanel(backoff.EXERCISE, tmp_path).progress_line.value
 
 
+def test_a_check_from_a_terminal_shows_in_an_open_panel_at_its_next_button(tmp_path):
+    """The panel was open before the terminal's check: Hint, Reset or Solution bring its line and its
+    Solution button up to what the workspace records."""
+    panel = ExercisePanel(backoff.EXERCISE, tmp_path)
+    assert "0 of 10 passed" in panel.progress_line.value and panel.solution_button.disabled
+    Workspace(tmp_path).record(backoff.EXERCISE, state="passed")  # what `reliableq exercise check` records
+    panel.hint()
+    assert "1 of 10 passed" in panel.progress_line.value and not panel.solution_button.disabled
+    Workspace(tmp_path).record(backoff.EXERCISE, state="failing")
+    assert panel.solution() != backoff.EXERCISE.reference and "0 of 10 passed" in panel.progress_line.value
+
+
 def test_hints_come_one_at_a_time_and_reset_says_where_the_learners_version_went(tmp_path):
     panel = exercise_panel(tmp_path)
     assert panel.hint().endswith(f"\nHint 1 of {len(backoff.EXERCISE.hints)}: {backoff.EXERCISE.hints[0]}")

@@ -87,6 +87,7 @@ class ExercisePanel(RunPanel):
         return self.solution()
 
     def solution(self) -> str:
+        self._refresh()
         if self.solution_button.disabled:
             return self._say("The solution shows after a pass, or after Give up.")
         self.message.value = (f"<pre>{html.escape(self.exercise.reference.rstrip())}</pre>"
@@ -94,8 +95,15 @@ class ExercisePanel(RunPanel):
         return self.exercise.reference
 
     def _say(self, text: str) -> str:
+        self._refresh()
         self.message.value = html.escape(text)
         return text
+
+    def _refresh(self) -> None:
+        """The progress line and the Solution button as the workspace has them now: a check from a terminal
+        records there too, and a hint that says "at its last check" must not contradict the line above it."""
+        self.progress_line.value = self._progress()
+        self._solution_allowed()
 
     def describe(self) -> str:
         return f"the check of {self.exercise.name} ({self.path.as_posix()})"
