@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms
 from reliableq.lab.experiment import Prediction, experiment, stage_mechanisms
+from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import read_rows
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
 
@@ -81,7 +82,10 @@ async def scenario(on: bool = True, params: ScenarioParams = ScenarioParams()) -
         }
         run.note(TENANTS[1], "claimed", f"claimed after {measured['jobs_ahead_of_b']} of {TENANTS[0]}'s", b_job,
                  at=b_claim["claimed_at"])
-        return await run.result(measured)
+        within = measured["jobs_ahead_of_b"] <= measured["fair_bound"]
+        waited = Check(INVARIANT, [] if within else [{"jobs_ahead_of_b": measured["jobs_ahead_of_b"],
+                                                      "fair_bound": measured["fair_bound"]}])
+        return await run.result(measured, [waited])
 
 
 GROWTH_JOBS = (4, 20, 80)  # the `jobs` knob for waits_by_backlog: backlogs of 20, 100 and 400

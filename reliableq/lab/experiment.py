@@ -26,6 +26,7 @@ from reliableq.config import DEFAULT_MAX_ATTEMPTS, Mechanisms, WorkerSettings
 from reliableq.lab import timeline
 from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
+from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import JobCounts
 from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult, job_labels
 from reliableq.payload import DEFAULT_TENANT, Submission
@@ -187,8 +188,10 @@ class Experiment:
         """Until every job in `ids` is SUCCEEDED or DEAD (a stage's runs are short: 20 s is plenty)."""
         await self.system.wait_settled(ids, timeout)
 
-    async def result(self, measurements: dict[str, Any] | None = None) -> ScenarioResult:
-        """Stop the workers (in-flight handlers finish within their grace), then read what was recorded."""
+    async def result(self, measurements: dict[str, Any] | None = None,
+                     stage_checks: Sequence[Check] = ()) -> ScenarioResult:
+        """Stop the workers (in-flight handlers finish within their grace), then read what was recorded.
+        `stage_checks`: the stage's own invariant checked on this run, where it is not the guarantee."""
         watched = self.seconds()
         await self.system.stop_workers()
         recorded = {c.job_id: c for c in await self.system.counts()}
@@ -198,7 +201,7 @@ class Experiment:
                                                             [self.system.api_faults, *self.fault_plans]),
                                     *self.noted])
         return ScenarioResult(self.stage, self.mechanism, self.on, self.mechanisms, self.params, jobs, events,
-                              measurements or {}, watched)
+                              measurements or {}, watched, list(stage_checks))
 
 
 def arm_crash_all(plan: FaultPlan, point: str, handlers: int) -> None:

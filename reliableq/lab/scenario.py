@@ -18,6 +18,7 @@ from reliableq.config import Mechanisms
 from reliableq.lab import timeline
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.harness import SETTLED_STATUSES
+from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import JobCounts
 from reliableq.lab.pieces import SHIPPED, Pieces
 
@@ -106,6 +107,9 @@ class ScenarioResult:
     # How long the run was watched (seconds since it began, on the timeline's clock): the quiet stretch
     # after the last event is part of the story (a stranded job shows as nothing happening).
     watched_seconds: float | None = None
+    # The stage's own invariant, where it is not the guarantee (a wait, a load): checked on every run, said
+    # in the verdict.
+    stage_checks: list[Check] = field(default_factory=list)
 
     def labels(self) -> dict[str, str]:
         """Job id -> job-N; labels rather than ids so seeded runs compare equal."""
@@ -206,7 +210,11 @@ class ScenarioResult:
             else:  # only with switches picked by hand: an earlier stage's mechanism was off too
                 lines.append(f"Not this stage's failure: {shown} {'comes' if one else 'come'} from {fixer} "
                              f"(stage {stage_number(fixer):02d}) being off in this run.")
-        if own is not None and not own_on and own not in fixes:
+        for check in self.stage_checks:
+            said = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in check.violations)
+            lines.append(f"This stage's invariant held: {check.name}." if check.held else
+                         f"This stage's invariant broke: {check.name} ({said}).")
+        if own is not None and not own_on and own not in fixes and not self.stage_checks:
             # Backoff's and the semaphore's failures are load, which the guarantee does not cover.
             lines.append(f"With {own} off, this stage's failure is not a broken guarantee: see the measurements.")
         return lines
