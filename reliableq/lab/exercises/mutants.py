@@ -26,7 +26,7 @@ import difflib
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -41,12 +41,13 @@ from reliableq.lab.exercises.mutants_equivalent import EQUIVALENT
 ANSWERS = {"dead": DECISIONS}  # the strings a Python exercise's function may return, swapped for one another
 
 
-def mutants_of(exercise: Exercise) -> tuple[str, list[Mutant]]:
+def mutants_of(exercise: Exercise, operators: Collection[str] | None = None) -> tuple[str, list[Mutant]]:
     """The baseline (the reference as the operators print it, so that each mutant differs from it by one
-    edit) and every mutant of `exercise`'s reference, in a fixed order."""
+    edit) and every mutant of `exercise`'s reference (of `operators` only, if given), in a fixed order."""
     if exercise.name in SQL_EXERCISES:
-        return mutants_sql.mutants(exercise.reference)
-    return mutants_python.mutants(exercise.reference, ANSWERS.get(exercise.name, ()))
+        return mutants_sql.mutants(exercise.reference, operators)
+    baseline, made = mutants_python.mutants(exercise.reference, ANSWERS.get(exercise.name, ()))
+    return baseline, [m for m in made if operators is None or m.operator in operators]
 
 
 def sample(mutants: list[Mutant], n: int | None, seed: int, exercise: str) -> list[Mutant]:

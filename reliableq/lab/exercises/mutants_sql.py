@@ -10,7 +10,7 @@ runs the checker on each), or know which mutants are equivalent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -327,10 +327,10 @@ def _setting_edits(node: ast.Node) -> list[Edit]:
 # -- mutants of a file ----------------------------------------------------------------------------------
 
 
-def mutants(reference: str) -> tuple[str, list[Mutant]]:
+def mutants(reference: str, operators: Collection[str] | None = None) -> tuple[str, list[Mutant]]:
     """The baseline (the reference with every query deparsed: what each mutant differs from by one edit)
-    and every mutant of `reference`. A mutant that pglast cannot deparse, or that deparses to its query's
-    own text, is left out."""
+    and every mutant of `reference` (only those of `operators`, if given: deparsing is most of the time). A
+    mutant that pglast cannot deparse, or that deparses to its query's own text, is left out."""
     header, queries = parse_file(reference)
     bodies = {query.name: deparsed(query) for query in queries}
     baseline = file_text(header, queries, bodies)
@@ -338,7 +338,9 @@ def mutants(reference: str) -> tuple[str, list[Mutant]]:
     seen: dict[str, int] = {}
     for query in queries:
         numbered = RawStream()(query.tree)
-        for n in range(len(edits(query.tree, query.names))):
+        for n, planned in enumerate(edits(query.tree, query.names)):  # read for their operators, not applied
+            if operators is not None and planned.operator not in operators:
+                continue
             tree = parse_sql(numbered)  # a fresh tree for each edit: edits work in place
             edit = edits(tree, query.names)[n]
             edit.apply()
