@@ -139,6 +139,14 @@ def test_broken_code_is_said_at_the_learners_line_without_a_traceback(text, said
     assert said in str(raised.value) and "Traceback" not in str(raised.value)
 
 
+def test_a_call_held_up_without_computing_is_not_taken_for_an_endless_loop():
+    """The deadline counts the learner's own CPU time: a right answer descheduled on a loaded machine (here,
+    asleep for longer than the deadline) still answers, where a wall-clock deadline once failed it."""
+    decide = dead.load("import time\n\n\n" + SIGNATURE.replace("\n", "\n    time.sleep(1.2)\n", 1)
+                       + '    return "succeed" if outcome_kind == "ok" else "retry"\n').decision
+    assert decide("ok", 1, 5) == "succeed"
+
+
 @pytest.mark.slow
 async def test_the_reference_passes_the_forced_schedules_the_scenario_and_chaos():
     result = await check(dead.EXERCISE, dead.REFERENCE, seed=1, seeds=1)
