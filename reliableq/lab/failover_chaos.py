@@ -32,7 +32,7 @@ import httpx
 from reliableq import scratch
 from reliableq.config import Mechanisms
 from reliableq.db import Databases
-from reliableq.lab import invariants
+from reliableq.lab import invariants, processes
 from reliableq.lab.harness import LocalSystem, local_system
 from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import read_rows
@@ -184,6 +184,10 @@ async def run_failover_chaos(config: FailoverConfig = FailoverConfig()) -> Failo
 async def _run(config: FailoverConfig, schedule: FailoverSchedule, pair: StandbyPair, system: LocalSystem,
                began: float) -> FailoverReport:
     workers = [system.spawn_worker(f"worker-{n}", config.lease_seconds) for n in range(config.workers)]
+    # Running before the first submission: the failover is meant to meet working workers. A worker still
+    # starting when the seed's early cut and kill came (imports take seconds on a loaded machine) found no
+    # writable server and exited, all three once in CI, and nothing settled.
+    await asyncio.gather(*(processes.wait_running(worker, processes.READY_TIMEOUT_SECONDS) for worker in workers))
     clients = _Clients(config, system.api_url)
     submitting = asyncio.create_task(clients.run())
     try:

@@ -172,7 +172,10 @@ class LocalSystem:
                 jobs = [await self.queue.get(job_id) for job_id in job_ids]
                 done = all(job is not None and job.status in SETTLED_STATUSES for job in jobs)
             if not done and self._everyone_stopped():
-                raise RuntimeError(f"every worker stopped before the run settled: {await self.queue.counts()}")
+                said = "; ".join(f"{w.name} exited {w.process.returncode}: {w.last_line() or 'nothing printed'}"
+                                 for w in self.worker_processes)
+                raise RuntimeError(f"every worker stopped before the run settled: {await self.queue.counts()} "
+                                   f"({said})")
             gave_up = not done and give_up is not None and await give_up()
             return done or gave_up
         what = "every job" if job_ids is None else f"{len(job_ids)} job(s)"

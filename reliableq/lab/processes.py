@@ -102,7 +102,8 @@ async def wait_running(worker: CliProcess, timeout: float) -> None:
     """Wait until a worker process says, in its status file, that it is running."""
     def running() -> bool:
         if worker.process.poll() is not None:
-            raise RuntimeError(f"{worker.name} exited with {worker.process.returncode} before it ran")
+            raise RuntimeError(f"{worker.name} exited with {worker.process.returncode} before it ran: "
+                               f"{worker.last_line() or 'nothing printed'}")
         status = worker.status()
         return status is not None and status["state"] == "running"
     await wait_until(running, timeout, f"{worker.name} to run")
