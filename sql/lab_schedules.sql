@@ -138,10 +138,13 @@ INSERT INTO jobs (id, payload)
 SELECT id, '{"amount_cents": 1000, "currency": "USD"}'::jsonb FROM unnest(%(ids)s::uuid[]) AS i (id);
 
 -- name: lab_jobs_backlog
--- %(n)s due jobs of %(tenant)s in one statement, made %(ago_seconds)s ago a millisecond apart (their
--- run_at in that order): a backlog laid out at once, older than anything submitted after it.
+-- %(n)s due jobs of each tenant in %(tenants)s, in one statement, made %(ago_seconds)s ago a millisecond
+-- apart (their run_at in that order): a backlog laid out at once, older than anything submitted after it.
+-- Returned tenant by tenant, in that order.
 INSERT INTO jobs (payload, tenant, run_at, created_at, updated_at)
-SELECT jsonb_build_object('amount_cents', n, 'currency', 'USD'), %(tenant)s, at, at, at
-FROM generate_series(1, %(n)s) AS n,
+SELECT jsonb_build_object('amount_cents', n, 'currency', 'USD'), owner.tenant, at, at, at
+FROM unnest(%(tenants)s::text[]) WITH ORDINALITY AS owner (tenant, place),
+     generate_series(1, %(n)s) AS n,
      LATERAL (SELECT now() - make_interval(secs => %(ago_seconds)s) + n * interval '1 millisecond' AS at) AS made
+ORDER BY owner.place, n
 RETURNING id;
