@@ -162,7 +162,9 @@ def _wait_until_started(data_dir: Path, timeout: float = EMBEDDED_START_SECONDS)
             os.kill(int(lines[0]), 0)
         except PermissionError:
             pass  # alive, and another user's (the wheel runs the server as its own user under root)
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
+            lines = []  # caught while the file is rewritten: read it again
+        except OSError:
             return False  # no server, or it has exited
         status = lines[7].strip() if len(lines) > 7 else ""
         if status == "ready":

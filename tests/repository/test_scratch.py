@@ -118,6 +118,11 @@ def test_the_wait_for_a_starting_server_ends_when_it_is_ready_and_at_once_when_i
         ready_later.start()
         assert db._wait_until_started(tmp_path, timeout=30)
         ready_later.join()
+        pid_file.write_text("")  # caught between the rewrite's truncation and its write: not an exit
+        ready_later = threading.Timer(1.0, write, ("ready", stand_in.pid))
+        ready_later.start()
+        assert db._wait_until_started(tmp_path, timeout=30)
+        ready_later.join()
         write("starting", stand_in.pid)
         assert not db._wait_until_started(tmp_path, timeout=1)  # never ready: the wait is bounded
     finally:
