@@ -13,10 +13,12 @@ import asyncio
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -277,9 +279,15 @@ class Queue:
 
     # -- ownership-sensitive updates, fenced by the lease token ------------------------------
 
+    def _transaction_for_faults(self, conn: AsyncConnection) -> AbstractAsyncContextManager:
+        """A transaction around a fenced statement where the fault hook may stop inside it (a crash there
+        then rolls the statement back); else none: the statement commits by itself, without the round
+        trips of BEGIN and COMMIT."""
+        return conn.transaction() if self.faults.stops_inside_transactions else nullcontext()
+
     async def _finalize(self, query: str, job: Job, **params: Any) -> bool:
         async with self.pool.connection() as conn:
-            async with conn.transaction():
+            async with self._transaction_for_faults(conn):
                 cur = await conn.execute(self.queries[query], {
                     "job_id": job.id, "lease_token": job.lease_token,
                     "fenced": self.mechanisms.fencing, **params,
@@ -296,7 +304,8 @@ class Queue:
         slot as free. `fleet_limited`: the workers share a fleet limit, so the renewal holds the fleet
         lock (shared) until it commits, and no fleet claim can count leases while it is in flight."""
         async with self.pool.connection() as conn:
-            async with conn.transaction():
+            # The fleet gate is a transaction's lock: held until the renewal commits.
+            async with conn.transaction() if fleet_limited else self._transaction_for_faults(conn):
                 if fleet_limited:
                     await conn.execute(self.queries["job_fleet_renewal_gate"])
                 cur = await conn.execute(self.queries["job_renew_lease"], {
@@ -317,7 +326,7 @@ class Queue:
         for job in jobs:
             await self.faults.reach("before_group_commit", job, job.worker_id or "")
         async with self.pool.connection() as conn:
-            async with conn.transaction():
+            async with self._transaction_for_faults(conn):
                 cur = await conn.execute(self.queries["job_succeed"], {
                     "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
                     "fenced": self.mechanisms.fencing})

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from reliableq import db
 from reliableq.cli.arguments import UsageError, check_fleet_limit, mechanisms_from, run_coroutine, seconds_from
 from reliableq.config import DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS, WorkerSettings
+from reliableq.hooks import FaultHook
 from reliableq.lab.faults import FaultPlan
 
 if TYPE_CHECKING:
@@ -98,8 +99,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                               db_wait_seconds=seconds_from(args.db_wait, "RELIABLEQ_DB_WAIT",
                                                            WorkerSettings().db_wait_seconds))
     _check_metrics_options(args)
-    faults = FaultPlan()
+    faults = FaultHook()  # no plan unless one is asked for: a plan keeps each finalize in a transaction
     if args.crash_at:
+        faults = FaultPlan()
         faults.arm_crash(args.crash_at, real_kill=True)
     return run_coroutine(_run_worker(args, settings, faults))
 
@@ -127,7 +129,7 @@ async def _serve_metrics(args: argparse.Namespace, registry: CollectorRegistry) 
     return server
 
 
-async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultPlan) -> int:
+async def _run_worker(args: argparse.Namespace, settings: WorkerSettings, faults: FaultHook) -> int:
     from reliableq.charge.client import ChargeClient
     from reliableq.charge.handler import standard_handlers
     from reliableq.metrics import WorkerMetrics

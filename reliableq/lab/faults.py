@@ -70,6 +70,8 @@ class _Armed:
 class FaultPlan(FaultHook):
     """Armed faults by point. One plan may be shared by several in-process workers."""
 
+    stops_inside_transactions = True  # whatever is armed now: a plan may be armed while a finalize runs
+
     armed: dict[str, list[_Armed]] = field(default_factory=dict)
     triggered: list[Triggered] = field(default_factory=list)  # in order; read by timelines
     pauses_in_progress: int = 0  # a harness waits for these before judging a run
