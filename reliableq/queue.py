@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -31,7 +32,11 @@ from reliableq.position import ListPosition
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "DEAD")
 MAX_ERROR_CHARS = 500
-_Q = sql.queries("queue")
+_Q = sql.statements("queue")
+# How often one Queue's claims also make DEAD the jobs whose lease ran out on their last attempt (claims
+# never take those, so the sweep only decides how soon they show as DEAD): a statement per claim was a
+# fifth of a no-op job's time at one permit (`reliableq bench`).
+SWEEP_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class Queue:
         if unknown:
             raise ValueError(f"no query named {', '.join(sorted(unknown))} in queue.sql")
         self.queries = {**_Q, **(replaced_queries or {})}
+        self._next_sweep = 0.0  # time.monotonic() of the next claim that sweeps
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
@@ -218,7 +224,8 @@ class Queue:
         Due: PENDING with run_at <= now, or (with leases) RUNNING with an expired lease. With
         skip_locked, one transaction locks the rows it takes and skips rows others hold. Without
         it, a plain read is followed by a separate update: two claimers can take the same job. With
-        fairness too, the due jobs are taken tenant by tenant in turn, else oldest first.
+        fairness too, the due jobs are taken tenant by tenant in turn, else oldest first. With dead and
+        leases, a claim a second first makes DEAD the jobs whose lease ran out on their last attempt.
 
         `fleet_limit`: at most this many jobs RUNNING under a live lease across every worker; claims
         are serialised by an advisory lock while they count, and a claim that finds the lock taken claims
@@ -237,10 +244,9 @@ class Queue:
             # Without leases a claim never expires: RUNNING is just a flag.
             "lease_seconds": lease_seconds if m.leases else None,
         }
-        # Pipeline mode: the expiry sweep travels with the claim, one round trip instead of two.
-        async with self.pool.connection() as conn, conn.pipeline():
+        async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            if m.dead and m.leases:
+            if m.dead and m.leases and self._sweep_due(now):
                 await cur.execute(self.queries["job_dead_expired_exhausted"], params)
             if fleet_limit is not None:
                 if not (m.skip_locked and m.leases):
@@ -276,6 +282,14 @@ class Queue:
                 await cur.execute(self.queries["job_mark_claimed"], {**params, "ids": ids})
                 rows = await cur.fetchall()
         return [Job.from_row(row) for row in rows]
+
+    def _sweep_due(self, now: datetime | None) -> bool:
+        """Whether this claim sweeps: once per SWEEP_SECONDS, and always at a moment given (tests moving
+        the database's clock)."""
+        if now is None and time.monotonic() < self._next_sweep:
+            return False
+        self._next_sweep = time.monotonic() + SWEEP_SECONDS
+        return True
 
     # -- ownership-sensitive updates, fenced by the lease token ------------------------------
 

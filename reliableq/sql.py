@@ -74,6 +74,15 @@ def queries(database: str) -> dict[str, str]:
     return parse_named((SQL_DIR / f"{database}.sql").read_text(), f"{database}.sql")
 
 
+@cache
+def statements(database: str) -> dict[str, str]:
+    """The named queries of `sql/<database>.sql` as they are sent to the server: without their comment
+    lines. psycopg keeps its parse of a query's text only up to 4,096 bytes, and the fair claim's
+    comments alone would take it past that, to be parsed again on every claim."""
+    return {name: "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+            for name, text in queries(database).items()}
+
+
 def parse_named(text: str, source: str) -> dict[str, str]:
     """Name -> SQL of the named blocks in `text`, each fragment it includes in place; `source` names the
     text in errors."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
+from reliableq import queue as queue_module
 from reliableq.config import Mechanisms
 from reliableq.hooks import SimulatedCrash
 from reliableq.lab.faults import FaultPlan
@@ -222,6 +224,23 @@ async def test_lease_expiring_on_the_final_attempt_makes_the_job_dead(make_queue
     stored = await queue.get(job.id)
     assert stored.status == "DEAD" and stored.attempts == 1
     assert "attempt 1 of 1" in stored.last_error
+
+
+async def test_claims_make_lapsed_last_attempts_dead_once_a_second(make_queue, submission, monkeypatch):
+    """No claim takes a job whose last attempt's lease ran out; sweeping it to DEAD is the claims' chore,
+    done by one claim per SWEEP_SECONDS (the queue's first included), not by every claim."""
+    clock = SimpleNamespace(monotonic=lambda: 0.0)
+    monkeypatch.setattr(queue_module, "time", clock)
+    queue = make_queue()
+    await queue.submit(submission(max_attempts=1))
+    (job,) = await queue.claim(1, "lost-worker", lease_seconds=0.2)  # swept: nothing to sweep yet
+    await wait_until_lease_ran_out(queue, job)
+    clock.monotonic = lambda: queue_module.SWEEP_SECONDS - 0.01
+    assert await queue.claim(1, "rescuer", LEASE) == []
+    assert (await queue.get(job.id)).status == "RUNNING"
+    clock.monotonic = lambda: queue_module.SWEEP_SECONDS
+    assert await queue.claim(1, "rescuer", LEASE) == []
+    assert (await queue.get(job.id)).status == "DEAD"
 
 
 async def test_without_dead_an_exhausted_job_is_claimed_again(make_queue, submission):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import psycopg._queries
 import pytest
 
 from reliableq import sql
@@ -17,6 +18,19 @@ def test_every_named_query_is_loaded_and_nonempty():
         assert queue[name].strip()
     assert "ON CONFLICT (idempotency_key) DO NOTHING" in charge["charge_insert_once"]
     assert all(not text.lstrip().startswith("--") for text in {**queue, **charge}.values())
+
+
+def test_the_statements_sent_are_the_queries_without_their_comment_lines():
+    """Learners read the queries with their comments; the server gets them without, each short enough for
+    psycopg to keep its parse (the fair claim's comments alone took it past that)."""
+    cached_up_to = psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
+    queries, statements = sql.queries("queue"), sql.statements("queue")
+    assert statements.keys() == queries.keys()
+    for name, text in queries.items():
+        code = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+        assert statements[name].splitlines() == code
+        assert len(statements[name].encode()) <= cached_up_to, name
+    assert len(queries["job_claim_due_fair"].encode()) > cached_up_to
 
 
 def test_the_labs_queries_are_apart_from_the_cores():
