@@ -158,8 +158,8 @@ class Queue:
         return Job.from_row(rows[0])
 
     async def submit_many(self, submissions: Sequence[Submission],
-                          job_ids: Sequence[uuid.UUID] | None = None) -> list[Job]:
-        """Insert and commit every job in one statement, all or none; returns them in submission order.
+                          job_ids: Sequence[uuid.UUID] | None = None) -> list[uuid.UUID]:
+        """Insert and commit every job in one statement, all or none; returns their ids in submission order.
         When this returns, every other connection can see all of them."""
         if job_ids is None:
             job_ids = [uuid.uuid4() for _ in submissions]
@@ -167,14 +167,14 @@ class Queue:
             raise ValueError(f"{len(submissions)} submissions but {len(job_ids)} job ids")
         if not submissions:
             return []
-        rows = await self._fetch("job_insert_batch", {
+        await self._execute("job_insert_batch", {
             "job_ids": list(job_ids),
             "kinds": [s.kind for s in submissions],
             "payloads": [Jsonb(s.payload) for s in submissions],
             "max_attempts": [s.max_attempts for s in submissions],
             "tenants": [s.tenant for s in submissions],
         })
-        return [Job.from_row(row) for row in rows]
+        return list(job_ids)
 
     async def submit_keyed(self, submissions: Sequence[Submission], job_ids: Sequence[uuid.UUID],
                            window_seconds: float, all_or_none: bool) -> list[Stored | KeyReused]:
