@@ -214,7 +214,8 @@ _HIGHLIGHT_KEYS = ("pickup_p99_ms", "latency_p50_ms", "latency_p99_ms", "claim_m
                    "requests_per_job", "dead",
                    "reclaim_lag_seconds", "attempts", "charges", "created", "replayed", "in_flight_peak",
                    "service_in_flight_peak", "bound_jobs_per_second", "pruned_jobs", "prune_seconds",
-                   "pruned_per_second", "list_first_page_ms", "list_middle_page_ms")
+                   "pruned_per_second", "list_first_page_ms", "list_middle_page_ms", "jobs_per_second",
+                   "requests_per_second", "api_cpu_ms_per_request")
 
 
 def _highlights(run: RunResult) -> str:
@@ -228,6 +229,18 @@ def _cpu_note(m: dict[str, Any], cpus: int) -> str:
         return ""
     return (f" CPU per job: worker {worker:.2f} ms, charge service {charge:.2f} ms; those alone cap {cpus} "
             f"cores at {1000 * cpus / (worker + charge):,.0f} jobs/s, before PostgreSQL's share.")
+
+
+def _client_cost_line(run: RunResult) -> str:
+    m, profile = run.metrics, run.params["profile"]
+    if run.point.startswith("worker"):
+        return (f"- client-cost {run.point}: per no-op job {m['round_trips_per_job']:.1f} round trips to PostgreSQL; "
+                f"under cProfile {1000 / m['jobs_per_second']:.2f} ms, {m['worker_cpu_ms_per_job']:.2f} ms of it the "
+                f"worker's CPU (where it goes: {profile}).")
+    cpu = m.get("api_cpu_ms_per_request")
+    return (f"- client-cost {run.point}: per submission {m['round_trips_per_request']:.1f} round trips; under "
+            f"cProfile {1000 / m['requests_per_second']:.2f} ms from one client"
+            + (f", {cpu:.2f} ms of it the API's CPU" if cpu is not None else "") + f" (where it goes: {profile}).")
 
 
 def where_time_goes(result: BenchResult) -> list[str]:
@@ -248,6 +261,7 @@ def where_time_goes(result: BenchResult) -> list[str]:
                      f"({m['pool_queued']} of {m['pool_requests']} requests queued). "
                      f"{m['clients']} permits at that pace would give {1000 * m['clients'] / busy_ms:,.0f} jobs/s; "
                      f"measured {m['jobs_per_second']:,.0f}." + _cpu_note(m, result.environment.get("cpus") or 1))
+    lines += [_client_cost_line(r) for r in result.runs if r.scenario == "client-cost" and r.passed]
     for key, mean in summary.items():
         if key[0] != "ingest" or not key[1].startswith("direct") or not mean:
             continue  # each in-process point, beside the same over HTTP

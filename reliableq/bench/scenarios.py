@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import httpx
 
 from reliableq.bench import peers
+from reliableq.bench.client_cost import client_cost
 from reliableq.bench.fairness import CLAIM_SIZE as FAIR_CLAIM_SIZE
 from reliableq.bench.fairness import FLOOD_PERMITS, FLOOD_WORKERS, QUIET_TENANT, fairness, quiet_tenant
 from reliableq.bench.fairness import TENANTS as FAIR_TENANTS
@@ -318,6 +319,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              f"of {FLOOD_PERMITS} permits while a quiet tenant submits one no-op job at a time on a seeded schedule: "
              "milliseconds from each quiet job's insert to its claim (p50, p99), first in first out and fair "
              "(reliableq/bench/fairness.py)", lambda p: 2, quiet_tenant),
+    Scenario("client-cost", "where the time goes at one client: a worker process of one permit draining no-op "
+             "jobs, and the API taking one job per request, each profiled (cProfile, kept in profiles/) with its "
+             "round trips to PostgreSQL counted; per job and per request, round trips, CPU and commits "
+             "(reliableq/bench/client_cost.py)", lambda p: 2, client_cost),
     Scenario("pickup", "an idle system: one no-op job at a time, milliseconds from its enqueue call to its "
              "handler's start (p50, p99), ours with and without wake-on-submit beside pgqueuer and procrastinate, "
              "each in-process in its own process (reliableq/bench/peers.py)",

@@ -67,10 +67,10 @@ async def preload(system: LocalSystem, jobs: int, max_attempts: int = 5, kind: s
 
 async def drain(bench: Bench, system: LocalSystem, jobs: int, workers: int, permits: int,
                 kind: str = "charge", tenant: str = DEFAULT_TENANT,
-                while_draining: Callable[[], Awaitable[object]] | None = None) -> Window:
-    """Start the workers, preload `jobs` of `tenant` due at once, run `while_draining` (if any) as they
-    drain them, and wait until all settled; the run's window."""
-    await start_workers(bench, system, workers, permits)
+                while_draining: Callable[[], Awaitable[object]] | None = None, extra: Sequence[str] = ()) -> Window:
+    """Start the workers (`extra`: more arguments for each), preload `jobs` of `tenant` due at once, run
+    `while_draining` (if any) as they drain them, and wait until all settled; the run's window."""
+    await start_workers(bench, system, workers, permits, extra=extra)
     start = time.monotonic()
     await preload(system, jobs, kind=kind, tenant=tenant)
     if while_draining is not None:

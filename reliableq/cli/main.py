@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-window", metavar="SECONDS", type=positive_float, default=None,
                    help="seconds a submission's Idempotency-Key names its job; an older key names a new one "
                         f"(default: RELIABLEQ_IDEMPOTENCY_WINDOW, else {DEFAULT_SUBMISSION_KEY_WINDOW_SECONDS:g})")
+    p.add_argument("--cprofile", metavar="PATH",
+                   help="profile this process (cProfile) and count its round trips to PostgreSQL; written to PATH "
+                        "(pstats), PATH's .txt (top entries) and .json when it stops (`reliableq bench`'s client-cost)")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_api)
 
@@ -136,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address the metrics are served on (default 127.0.0.1; beyond loopback needs a token)")
     p.add_argument("--metrics-token", metavar="TOKEN",
                    help="bearer token /metrics requires (default: RELIABLEQ_API_TOKEN, the API's)")
+    p.add_argument("--cprofile", metavar="PATH",
+                   help="profile this process (cProfile) and count its round trips to PostgreSQL; written to PATH "
+                        "(pstats), PATH's .txt (top entries) and .json when it stops (`reliableq bench`'s client-cost)")
     add_mechanism_option(p)
     p.set_defaults(run=cmd_worker)
 

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,7 +76,16 @@ def cmd_api(args: argparse.Namespace) -> int:
         faults.arm_crash(args.crash_at, real_kill=True)
     app = create_api_app(databases.queue_url, mechanisms, faults, api_token=token, kinds=STANDARD_KINDS,
                          db_timeout=db_timeout, key_window=key_window)
-    return _serve(app, "API", args.host, args.port, f" ({mechanisms.describe()})")
+    with _profiled_if_asked(args):
+        return _serve(app, "API", args.host, args.port, f" ({mechanisms.describe()})")
+
+
+def _profiled_if_asked(args: argparse.Namespace) -> AbstractContextManager:
+    """`--cprofile PATH`: the process's serving profiled, its round trips counted, written when it stops."""
+    if args.cprofile is None:
+        return nullcontext()
+    from reliableq.bench.client_cost import profiled
+    return profiled(Path(args.cprofile))
 
 
 def cmd_charge_service(args: argparse.Namespace) -> int:
@@ -103,7 +113,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.crash_at:
         faults = FaultPlan()
         faults.arm_crash(args.crash_at, real_kill=True)
-    return run_coroutine(_run_worker(args, settings, faults))
+    with _profiled_if_asked(args):
+        return run_coroutine(_run_worker(args, settings, faults))
 
 
 def _check_metrics_options(args: argparse.Namespace) -> None:

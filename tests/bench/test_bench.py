@@ -118,6 +118,15 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     assert quiet["pickup_p50_ms"]["fifo"] > 0 and quiet["pickup_p99_ms"]["fair"] > 0
     assert quiet["pickup_p50_ms"]["fair_over_fifo"] is not None
     assert "`quiet-tenant`: a backlog of" in text
+    # Where a job's and a submission's time goes at one client: each process profiled, its round trips counted.
+    costs = {r.point: r.metrics for r in result.runs if r.scenario == "client-cost"}
+    assert list(costs) == ["worker c=1", "api c=1"]
+    assert 1 <= costs["worker c=1"]["round_trips_per_job"] < 10 and costs["worker c=1"]["worker_cpu_ms_per_job"] > 0
+    assert 1 <= costs["api c=1"]["round_trips_per_request"] < 5 and costs["api c=1"]["api_cpu_ms_per_request"] > 0
+    for process in ("worker", "api"):
+        assert "round trips" in (tmp_path / "profiles" / f"{process}-c1-0.txt").read_text()
+        assert (tmp_path / "profiles" / f"{process}-c1-0.pstats").stat().st_size > 0
+    assert "client-cost worker c=1: per no-op job" in text and "client-cost api c=1: per submission" in text
 
 
 @pytest.mark.slow
