@@ -18,11 +18,13 @@ SELECT * FROM inserted;
 -- Store many submitted jobs and their `submitted` events in one statement (so one commit, and all or
 -- nothing), from parallel arrays of ids, kinds, payloads, attempt budgets and tenants. Returns no rows:
 -- the caller drew the ids, and reading every row back cost more than storing it (`reliableq bench`).
+-- The arrays travel in binary (%(name)b): in text, psycopg quotes each element with a regular expression,
+-- half the client's CPU for a batch of 100.
 WITH inserted AS (
     INSERT INTO jobs (id, kind, payload, max_attempts, tenant)
     SELECT id, kind, payload, max_attempts, tenant
-    FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::jsonb[],
-                %(max_attempts)s::integer[], %(tenants)s::text[])
+    FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::jsonb[],
+                %(max_attempts)b::integer[], %(tenants)b::text[])
          WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, position)
     ORDER BY position
     RETURNING id
@@ -36,9 +38,9 @@ INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted;
 -- whose it is). Concurrent statements with one key store one job: the second waits for the first's
 -- commit and finds the key held. Returns, per input position, whether its job was stored.
 WITH submitted AS (
-    SELECT * FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::jsonb[],
-                         %(max_attempts)s::integer[], %(tenants)s::text[], %(keys)s::text[],
-                         %(fingerprints)s::text[])
+    SELECT * FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::jsonb[],
+                         %(max_attempts)b::integer[], %(tenants)b::text[], %(keys)b::text[],
+                         %(fingerprints)b::text[])
                   WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, key, fingerprint, position)
 ), keyed AS (
     INSERT INTO job_submission_keys AS held (key, job_id, fingerprint)
