@@ -11,12 +11,10 @@ from __future__ import annotations
 import cProfile
 import io
 import json
-import os
 import pstats
 import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +25,7 @@ from reliableq.bench.gate import UNCHARGED_CHECK, UNFINISHED_CHECK, gate
 from reliableq.bench.ingest import submit_jobs
 from reliableq.bench.results import Measured, worker_time_metrics
 from reliableq.bench.runner import Bench
-from reliableq.bench.stack import drain, run_span, run_system
-from reliableq.lab import processes
+from reliableq.bench.stack import api_process, drain, process_cpu_seconds, run_span, run_system
 
 TOP_ENTRIES = 30  # lines of each ordering kept in a profile's .txt
 
@@ -121,15 +118,11 @@ async def client_cost(bench: Bench, repeat: int) -> None:
     async def api_body() -> Measured:
         path = folder / f"api-c1-{repeat}.pstats"
         async with run_system(bench, f"client-cost-api-{repeat}", charge=False) as system:
-            server, url = await processes.spawn_server(
-                system.databases, "api", "--cprofile", str(path),
-                log_path=system.logs / "api.log" if system.logs else None)
-            try:
+            async with api_process(system, "--cprofile", str(path)) as (served, server):
                 cpu_before = process_cpu_seconds(server.process.pid)
-                acknowledged, samples, window = await submit_jobs(replace(system, api_url=url), "http", 1, jobs)
+                acknowledged, samples, window = await submit_jobs(served, "http", 1, jobs)
                 cpu_after = process_cpu_seconds(server.process.pid)
-            finally:
-                await processes.stop(server)
+            # After the API stopped: its profile is written.
             passed, checks = await gate(system.databases, acknowledged, waive={
                 UNFINISHED_CHECK: "submissions only: no worker runs them"})
         requests = len(samples)
@@ -149,12 +142,3 @@ async def client_cost(bench: Bench, repeat: int) -> None:
 
 def _counted(path: Path) -> dict[str, float]:
     return json.loads(path.with_suffix(".json").read_text())
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User and system CPU of process `pid` so far, from /proc; None where there is none (not Linux)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

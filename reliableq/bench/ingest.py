@@ -19,7 +19,7 @@ from reliableq.bench.gate import UNFINISHED_CHECK, gate
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD, batch_point_jobs
 from reliableq.bench.results import Measured, Sample, Window
 from reliableq.bench.runner import Bench
-from reliableq.bench.stack import run_system
+from reliableq.bench.stack import api_process, process_cpu_seconds, run_system
 from reliableq.lab.harness import LocalSystem
 from reliableq.payload import Submission
 from reliableq.queue import Queue
@@ -31,6 +31,10 @@ def is_batch(via: str) -> bool:
     return via.endswith("-batch")
 
 
+def _spent(before: float | None, after: float | None) -> float | None:
+    return after - before if before is not None and after is not None else None
+
+
 async def ingest(bench: Bench, repeat: int) -> None:
     p = bench.profile
     for clients in p.ingest_clients:
@@ -39,13 +43,21 @@ async def ingest(bench: Bench, repeat: int) -> None:
             jobs = batch_point_jobs(p, clients) if is_batch(via) else p.ingest_jobs
 
             async def body(clients=clients, via=via, point=point, jobs=jobs) -> Measured:
-                async with run_system(bench, f"ingest-{point}-{repeat}", api=via.startswith("http"),
-                                    charge=False) as system:
-                    acknowledged, samples, window = await submit_jobs(system, via, clients, jobs)
+                api_cpu = None
+                async with run_system(bench, f"ingest-{point}-{repeat}", charge=False) as system:
+                    if via.startswith("http"):
+                        async with api_process(system) as (served, server):
+                            cpu_before = process_cpu_seconds(server.process.pid)
+                            acknowledged, samples, window = await submit_jobs(served, via, clients, jobs)
+                            api_cpu = _spent(cpu_before, process_cpu_seconds(server.process.pid))
+                    else:
+                        acknowledged, samples, window = await submit_jobs(system, via, clients, jobs)
                     passed, checks = await gate(system.databases, acknowledged, waive={
                         UNFINISHED_CHECK: "ingestion runs store jobs and never execute them"})
                 metrics = {"jobs": len(acknowledged), "requests": len(samples),
-                           "jobs_per_second": len(acknowledged) / window.seconds}
+                           "jobs_per_second": len(acknowledged) / window.seconds,
+                           # What one API process's CPU caps it at: 1000 / this requests a second per core.
+                           "api_cpu_ms_per_request": 1000 * api_cpu / len(samples) if api_cpu is not None else None}
                 return Measured(metrics, passed, checks, samples, window)
             await bench.measure("ingest", point, {"clients": clients, "via": via, "jobs": jobs,
                                                   "jobs_per_request": BATCH_JOBS if is_batch(via) else 1},

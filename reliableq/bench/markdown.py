@@ -268,9 +268,13 @@ def where_time_goes(result: BenchResult) -> list[str]:
         http_point = key[1].replace("direct", "http")
         over_http = summary.get(("ingest", http_point))
         if over_http:
+            api_cpu = next((r.metrics.get("api_cpu_ms_per_request") for r in result.runs
+                            if (r.scenario, r.point) == ("ingest", http_point) and r.passed), None)
             lines.append(f"- ingest {http_point}: {over_http:,.0f} jobs/s over HTTP, {mean:,.0f} straight into "
                          f"PostgreSQL from Python: HTTP and the API process cost {1 - over_http / mean:.0%} "
-                         "of the in-process rate.")
+                         "of the in-process rate." + (
+                             f" The API's CPU per request: {api_cpu:.2f} ms, which caps one API process at "
+                             f"{1000 / api_cpu:,.0f} requests/s on a core of its own." if api_cpu else ""))
         one_by_one = summary.get(("ingest", key[1].replace("direct-batch", "direct")))
         if key[1].startswith("direct-batch") and one_by_one:
             lines.append(f"- ingest {key[1]}: {mean:,.0f} jobs/s in batches of {BATCH_JOBS} per statement and "

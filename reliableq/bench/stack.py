@@ -10,10 +10,13 @@ decide what a run measures (the scenarios do) or judge it (the gate does).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -26,7 +29,7 @@ from reliableq.bench.runner import Bench
 from reliableq.config import Mechanisms
 from reliableq.db import Databases
 from reliableq.lab import processes
-from reliableq.lab.harness import LocalSystem, local_system
+from reliableq.lab.harness import LocalSystem, local_system, off_args
 from reliableq.payload import DEFAULT_TENANT
 
 _Q = sql.queries("bench")
@@ -45,6 +48,18 @@ async def run_system(bench: Bench, label: str, charge_args: Sequence[str] = (), 
                             charge=charge, database_prefix="rq_bench", databases=databases,
                             worker_pool_size=0, logs=logs) as system:
         yield system
+
+
+@asynccontextmanager
+async def api_process(system: LocalSystem, *extra: str) -> AsyncIterator[tuple[LocalSystem, processes.CliProcess]]:
+    """The API as a process of the bench's own over `system`'s databases, with its switches and `extra`
+    arguments: `system` pointed at it, and the process (its CPU can be read); stopped with SIGTERM on exit."""
+    server, url = await processes.spawn_server(system.databases, "api", *off_args(system.mechanisms), *extra,
+                                               log_path=system.logs / "api.log" if system.logs else None)
+    try:
+        yield replace(system, api_url=url), server
+    finally:
+        await processes.stop(server)
 
 
 async def start_workers(bench: Bench, system: LocalSystem, count: int, permits: int, lease_seconds: float = 30.0,
@@ -89,3 +104,12 @@ async def reclaim_lags(system: LocalSystem) -> list[float]:
     async with system.queue.pool.connection() as conn:
         cur = await conn.cursor(row_factory=dict_row).execute(_Q["job_bench_reclaim_lag"])
         return [row["reclaim_lag_seconds"] for row in await cur.fetchall()]
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User and system CPU of process `pid` so far, from /proc; None where there is none (not Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -132,7 +132,7 @@ class LocalSystem:
         arguments). Killed on exit if still running; stop it with `stop_worker_processes`."""
         log_path = self.logs / f"{worker_id}.log" if self.logs else None
         worker = processes.spawn_worker(self.databases, self.charge_url, worker_id, lease_seconds,
-                                        *_off_args(self.mechanisms), *extra, log_path=log_path)
+                                        *off_args(self.mechanisms), *extra, log_path=log_path)
         self.worker_processes.append(worker)
         return worker
 
@@ -276,7 +276,7 @@ async def local_system(mechanisms: Mechanisms = Mechanisms(), charge_faults: Cha
                 started.append(server)
             if api:
                 server, api_url = await processes.spawn_server(
-                    databases, "api", *_off_args(mechanisms), log_path=logs / "api.log" if logs else None)
+                    databases, "api", *off_args(mechanisms), log_path=logs / "api.log" if logs else None)
                 started.append(server)
         own_pool = await db.open_pool_checked(databases.queue_url, max_size=4)
         stack.push_async_callback(own_pool.close)
@@ -311,7 +311,7 @@ async def _serve_in_thread(stack: AsyncExitStack, app) -> str:
     return await to_thread_to_its_end(server.start)
 
 
-def _off_args(mechanisms: Mechanisms) -> list[str]:
+def off_args(mechanisms: Mechanisms) -> list[str]:
     """The CLI's spelling of these switches, for a process started over this system."""
     return ["--off", ",".join(mechanisms.off())] if mechanisms.off() else []
 
