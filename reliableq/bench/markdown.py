@@ -90,10 +90,16 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
         lines += ["", "## Jobs with an HTTP charge each (ours only)", "",
                   "Every job makes a real HTTP request to the charge service, keyed for idempotency. No peer runs "
                   "an effect, so these are set beside our own no-op jobs at the same concurrency: the share of the "
-                  "no-op rate left once each job has its charge.", ""]
-        lines += _table(["scenario", "point", "charge service", "jobs /s", "our no-op /s", "share of no-op"],
+                  "no-op rate left once each job has its charge. Where its time goes: the CPU each job costs the "
+                  "worker (its HTTP call included) and the charge service, both Python processes on the same "
+                  "cores as PostgreSQL, and the rate that CPU alone would allow on this machine's cores "
+                  "(PostgreSQL's own share not counted): where jobs/s comes near it, the ceiling is CPU, "
+                  "not waiting.", ""]
+        lines += _table(["scenario", "point", "charge service", "jobs /s", "our no-op /s", "share of no-op",
+                         "worker CPU ms/job", "charge service CPU ms/job", "CPU bound /s"],
                         [[r["scenario"], r["point"], r["charge_args"], r["per_second"], r["noop_per_second"],
-                          _ratio(r["share_of_noop"])] for r in charged])
+                          _ratio(r["share_of_noop"]), r["worker_cpu_ms_per_job"], r["charge_cpu_ms_per_job"],
+                          r["cpu_bound_per_second"]] for r in charged])
     lines += ["", "## Scenarios", ""]
     for name, scenario in SCENARIOS.items():
         summary_rows = [r for r in result.summary() if r["scenario"] == name]

@@ -126,6 +126,8 @@ async def test_tiny_profile_runs_every_scenario_and_writes_its_files(tmp_path):
     for process in ("worker", "api"):
         assert "round trips" in (tmp_path / "profiles" / f"{process}-c1-0.txt").read_text()
         assert (tmp_path / "profiles" / f"{process}-c1-0.pstats").stat().st_size > 0
+    assert all(r.metrics["api_cpu_ms_per_request"] > 0 for r in result.runs
+               if r.scenario == "ingest" and r.params["via"].startswith("http"))
     assert "client-cost worker c=1: per no-op job" in text and "client-cost api c=1: per submission" in text
 
 

@@ -110,6 +110,16 @@ def test_charged_jobs_stand_on_their_own_beside_our_no_op_jobs():
         ("execute", "1x4", 300.0, 0.5), ("execute", "2x2", None, None), ("latency", "1x4", 300.0, 0.3)]
 
 
+def test_a_charged_point_says_what_its_cpu_alone_allows_on_the_machines_cores():
+    result = _result()
+    charged = next(r for r in result.runs if (r.scenario, r.point) == ("execute", "1x4"))
+    charged.metrics |= {"worker_cpu_ms_per_job": 1.5, "charge_cpu_ms_per_job": 0.5}
+    row = next(r for r in tables.charged_rows(result) if r["point"] == "1x4" and r["scenario"] == "execute")
+    assert row["cpu_bound_per_second"] == 1000.0  # 2 cores / 2 ms of CPU per job
+    assert "| execute | 1x4 | – | 150 | 300 | 0.50 | 1.5 | 0.5 | 1,000 |" in markdown(result, [])
+    assert all(r["cpu_bound_per_second"] is None for r in tables.charged_rows(_result()))  # no CPU measured
+
+
 def test_each_chart_holds_one_kind_of_work():
     charts = {c.name: [s.label for s in c.series] for c in line_charts(_result())}
     assert charts == {
