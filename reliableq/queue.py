@@ -35,7 +35,7 @@ MAX_ERROR_CHARS = 500
 _Q = sql.statements("queue")
 # How often one Queue's claims also make DEAD the jobs whose lease ran out on their last attempt (claims
 # never take those, so the sweep only decides how soon they show as DEAD): a statement per claim was a
-# fifth of a no-op job's time at one permit (`reliableq bench`).
+# tenth of a no-op job's time at one permit.
 SWEEP_SECONDS = 1.0
 
 
