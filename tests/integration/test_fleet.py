@@ -22,12 +22,17 @@ from tests.conftest import wait_until_lease_ran_out
 
 
 async def test_concurrent_claims_never_exceed_the_fleet_limit(make_queue, submission):
-    """Ten claimers asking for 2 jobs each while 3 slots exist fleet-wide: 3 jobs are taken."""
+    """Ten claimers asking for 2 jobs each while 3 slots exist fleet-wide: at most 3 jobs are taken (a claim
+    that finds the gate held takes nothing this time, so how many of the ten got it is the race's), and
+    claims one after another fill the fleet to 3 and no further."""
     queue = make_queue()
     for _ in range(20):
         await queue.submit(submission())
     batches = await asyncio.gather(*(queue.claim(2, f"w{i}", 30.0, fleet_limit=3) for i in range(10)))
-    assert sum(len(b) for b in batches) == 3
+    assert 2 <= sum(len(b) for b in batches) <= 3  # the first to hold the gate found 3 free slots
+    for later in range(2):
+        await queue.claim(2, f"later-{later}", 30.0, fleet_limit=3)
+    assert (await queue.counts())["RUNNING"] == 3
     assert await queue.claim(2, "late", 30.0, fleet_limit=3) == []
 
 
