@@ -91,15 +91,15 @@ def markdown(result: BenchResult, charts: list[str], chart_note: str = "") -> st
                   "Every job makes a real HTTP request to the charge service, keyed for idempotency. No peer runs "
                   "an effect, so these are set beside our own no-op jobs at the same concurrency: the share of the "
                   "no-op rate left once each job has its charge. Where its time goes: the CPU each job costs the "
-                  "worker (its HTTP call included) and the charge service, both Python processes on the same "
-                  "cores as PostgreSQL, and the rate that CPU alone would allow on this machine's cores "
-                  "(PostgreSQL's own share not counted): where jobs/s comes near it, the ceiling is CPU, "
+                  "worker (its HTTP call included), the charge service and PostgreSQL (the embedded server, "
+                  "both databases, on the same cores; none with DATABASE_URL), and the rate that CPU alone "
+                  "would allow on this machine's cores: where jobs/s comes near it, the ceiling is CPU, "
                   "not waiting.", ""]
         lines += _table(["scenario", "point", "charge service", "jobs /s", "our no-op /s", "share of no-op",
-                         "worker CPU ms/job", "charge service CPU ms/job", "CPU bound /s"],
+                         "worker CPU ms/job", "charge service CPU ms/job", "PostgreSQL CPU ms/job", "CPU bound /s"],
                         [[r["scenario"], r["point"], r["charge_args"], r["per_second"], r["noop_per_second"],
                           _ratio(r["share_of_noop"]), r["worker_cpu_ms_per_job"], r["charge_cpu_ms_per_job"],
-                          r["cpu_bound_per_second"]] for r in charged])
+                          r["server_cpu_ms_per_job"], r["cpu_bound_per_second"]] for r in charged])
     lines += ["", "## Scenarios", ""]
     for name, scenario in SCENARIOS.items():
         summary_rows = [r for r in result.summary() if r["scenario"] == name]
@@ -221,7 +221,7 @@ _HIGHLIGHT_KEYS = ("pickup_p99_ms", "latency_p50_ms", "latency_p99_ms", "claim_m
                    "reclaim_lag_seconds", "attempts", "charges", "created", "replayed", "in_flight_peak",
                    "service_in_flight_peak", "bound_jobs_per_second", "pruned_jobs", "prune_seconds",
                    "pruned_per_second", "list_first_page_ms", "list_middle_page_ms", "jobs_per_second",
-                   "requests_per_second", "api_cpu_ms_per_request")
+                   "requests_per_second", "api_cpu_ms_per_request", "server_cpu_ms_per_job")
 
 
 def _highlights(run: RunResult) -> str:
@@ -233,8 +233,13 @@ def _cpu_note(m: dict[str, Any], cpus: int) -> str:
     worker, charge = m.get("worker_cpu_ms_per_job"), m.get("charge_cpu_ms_per_job")
     if worker is None or charge is None:
         return ""
-    return (f" CPU per job: worker {worker:.2f} ms, charge service {charge:.2f} ms; those alone cap {cpus} "
-            f"cores at {1000 * cpus / (worker + charge):,.0f} jobs/s, before PostgreSQL's share.")
+    said = f" CPU per job: worker {worker:.2f} ms, charge service {charge:.2f} ms"
+    server = m.get("server_cpu_ms_per_job")
+    if server is None:
+        return said + (f"; those alone cap {cpus} cores at {1000 * cpus / (worker + charge):,.0f} jobs/s, "
+                       "before PostgreSQL's share.")
+    return said + (f", PostgreSQL {server:.2f} ms; together they cap {cpus} cores at "
+                   f"{1000 * cpus / (worker + charge + server):,.0f} jobs/s.")
 
 
 def _client_cost_line(run: RunResult) -> str:

@@ -28,7 +28,7 @@ from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD
 from reliableq.bench.results import Measured, Sample, Window, worker_time_metrics
 from reliableq.bench.retention import retention
 from reliableq.bench.runner import Bench, Scenario
-from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system
+from reliableq.bench.stack import drain, preload, reclaim_lags, run_span, run_system, server_cpu_seconds
 from reliableq.bench.standby import POINTS as STANDBY_POINTS
 from reliableq.bench.standby import standby
 from reliableq.config import Mechanisms
@@ -45,9 +45,10 @@ async def _drained(bench: Bench, label: str, jobs: int, workers: int, permits: i
     """`jobs` preloaded and drained by `workers` processes of `permits` each, on a system of its own with
     `mechanisms` (default: the bench's); its rate, where the time went, and its gate (`waive`: as gate's)."""
     async with run_system(bench, label, charge_args, mechanisms=mechanisms) as system:
-        charge_cpu_before = (await system.charge_stats())["cpu_seconds"]
+        charge_cpu_before, server_cpu_before = (await system.charge_stats())["cpu_seconds"], server_cpu_seconds()
         window = await drain(bench, system, jobs, workers, permits, kind)
         charge_cpu = (await system.charge_stats())["cpu_seconds"] - charge_cpu_before
+        server_cpu = server_cpu_seconds()
         stats = await system.stop_worker_processes()
         span = await run_span(system)
         passed, checks = await gate(system.databases, waive=waive)
@@ -56,6 +57,9 @@ async def _drained(bench: Bench, label: str, jobs: int, workers: int, permits: i
                "jobs_per_second": span["jobs"] / seconds if seconds else None,
                "clients": workers * permits,
                "charge_cpu_ms_per_job": 1000 * charge_cpu / span["jobs"] if span["jobs"] else None,
+               "server_cpu_ms_per_job": (1000 * (server_cpu - server_cpu_before) / span["jobs"]
+                                         if span["jobs"] and server_cpu is not None and server_cpu_before is not None
+                                         else None),
                } | worker_time_metrics(stats, span["jobs"])
     return Measured(metrics, passed, checks, [], window)
 

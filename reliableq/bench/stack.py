@@ -22,7 +22,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from reliableq import sql
+from reliableq import db, sql
 from reliableq.bench.profiles import PAYLOAD
 from reliableq.bench.results import Window
 from reliableq.bench.runner import Bench
@@ -106,10 +106,28 @@ async def reclaim_lags(system: LocalSystem) -> list[float]:
         return [row["reclaim_lag_seconds"] for row in await cur.fetchall()]
 
 
-def process_cpu_seconds(pid: int) -> float | None:
-    """User and system CPU of process `pid` so far, from /proc; None where there is none (not Linux)."""
+def process_cpu_seconds(pid: int, children: bool = False) -> float | None:
+    """User and system CPU of process `pid` so far, from /proc (`children`: with its children that exited
+    and were waited for); None where there is none (not Linux, or no such process)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    # After the command's ")": state is field 0, utime 11, stime 12, cutime 13, cstime 14.
+    ticks = sum(int(fields[i]) for i in ((11, 12, 13, 14) if children else (11, 12)))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU the embedded PostgreSQL has used so far, for whatever asked it: its postmaster, every live process
+    it started (sessions, checkpointer, WAL writer) and those that ended. None with DATABASE_URL (another
+    machine's, perhaps) or without /proc."""
+    if os.environ.get("DATABASE_URL"):
+        return None
+    try:
+        postmaster = int((db.embedded_data_dir() / "postmaster.pid").read_text().split()[0])
+        children = [int(p) for p in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()]
+    except (OSError, ValueError, IndexError):
+        return None
+    total = process_cpu_seconds(postmaster, children=True)
+    return None if total is None else total + sum(process_cpu_seconds(p) or 0.0 for p in children)

@@ -140,8 +140,8 @@ def peers_ahead(result: BenchResult) -> list[str]:
 def charged_rows(result: BenchResult) -> list[dict[str, Any]]:
     """Our jobs with an HTTP charge each, beside our own no-op jobs at the same concurrency (what the effect
     costs): no peer runs an effect, so these are set beside no one else. With where the time goes: the CPU
-    per job of the worker (its HTTP client included) and of the charge service, and the rate that CPU alone
-    allows on this machine's cores (PostgreSQL's share not counted)."""
+    per job of the worker (its HTTP client included), of the charge service and of PostgreSQL (when it is
+    the embedded server, on the same cores), and the rate that CPU alone allows on this machine's cores."""
     cpus = result.environment.get("cpus") or 1
     noop = {clients_of(r.params): r.point for r in result.runs if kind_of(r.scenario, r.params) is not None
             and r.scenario == "noop"}
@@ -155,11 +155,13 @@ def charged_rows(result: BenchResult) -> list[dict[str, Any]]:
         noop_mean = _point_mean(result, "noop", noop_point, "jobs_per_second") if noop_point else None
         worker_cpu = _point_mean(result, row["scenario"], row["point"], "worker_cpu_ms_per_job")
         charge_cpu = _point_mean(result, row["scenario"], row["point"], "charge_cpu_ms_per_job")
-        cpu = worker_cpu + charge_cpu if worker_cpu and charge_cpu else None
+        server_cpu = _point_mean(result, row["scenario"], row["point"], "server_cpu_ms_per_job")
+        cpu = worker_cpu + charge_cpu + (server_cpu or 0) if worker_cpu and charge_cpu else None
         rows.append({"scenario": row["scenario"], "point": row["point"], "clients": clients,
                      "charge_args": " ".join(params.get("charge_args") or []) or "–", "per_second": row["mean"],
                      "noop_per_second": noop_mean, "share_of_noop": row["mean"] / noop_mean if noop_mean else None,
                      "worker_cpu_ms_per_job": worker_cpu, "charge_cpu_ms_per_job": charge_cpu,
+                     "server_cpu_ms_per_job": server_cpu,
                      "cpu_bound_per_second": 1000 * cpus / cpu if cpu else None})
     return rows
 

@@ -116,7 +116,10 @@ def test_a_charged_point_says_what_its_cpu_alone_allows_on_the_machines_cores():
     charged.metrics |= {"worker_cpu_ms_per_job": 1.5, "charge_cpu_ms_per_job": 0.5}
     row = next(r for r in tables.charged_rows(result) if r["point"] == "1x4" and r["scenario"] == "execute")
     assert row["cpu_bound_per_second"] == 1000.0  # 2 cores / 2 ms of CPU per job
-    assert "| execute | 1x4 | – | 150 | 300 | 0.50 | 1.5 | 0.5 | 1,000 |" in markdown(result, [])
+    assert "| execute | 1x4 | – | 150 | 300 | 0.50 | 1.5 | 0.5 | – | 1,000 |" in markdown(result, [])
+    charged.metrics["server_cpu_ms_per_job"] = 2.0  # the embedded server's, when it is on the same cores
+    row = next(r for r in tables.charged_rows(result) if r["point"] == "1x4" and r["scenario"] == "execute")
+    assert row["cpu_bound_per_second"] == 500.0
     assert all(r["cpu_bound_per_second"] is None for r in tables.charged_rows(_result()))  # no CPU measured
 
 
