@@ -3,7 +3,8 @@ one client. A worker process at concurrency 1 drains the profile's no-op jobs, a
 job per request, each under cProfile (`--cprofile FILE`), counting its round trips: the operations that had
 to wait for the server's answer. Per job (per request): round trips and the process's CPU; each profile's
 top entries are kept beside the results (profiles/*.txt, and *.pstats for pstats or snakeviz). The
-profiler slows a process several-fold: its times say where, the noop and ingest scenarios how long.
+profiler adds its own cost (here a third to twice the worker's CPU): its times say where the time goes,
+the noop and ingest scenarios how long it takes.
 """
 
 from __future__ import annotations
