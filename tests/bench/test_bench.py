@@ -57,7 +57,7 @@ async def test_gate_fails_a_database_where_one_job_has_two_charges(databases):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)  # 240 s beside the whole suite on a slow day (92 s alone)
 async def test_tiny_profile_runs_its_first_run_of_scenarios_and_writes_its_files(tmp_path):
     """Every scenario runs against real processes, passes its gate, and the files are written (the standby,
     fairness, pickup and client-cost scenarios in test_bench_second_run.py)."""
