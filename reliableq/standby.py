@@ -18,6 +18,7 @@ run as the wheel's system user under root (PostgreSQL refuses to run as root).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -83,10 +84,20 @@ class Server:
             return None
 
     def kill(self) -> None:
-        """SIGKILL the postmaster: the machine is gone. Its backends see it die and exit."""
+        """SIGKILL the postmaster and its backends at once: the machine is gone. The postmaster killed alone
+        leaves its backends running until they notice, free meanwhile to commit and answer a request."""
         pid = self.pid()
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
+        if pid is None:
+            return
+        try:
+            postmaster = psutil.Process(pid)
+            postmaster.suspend()  # forks no backend between the listing and the kill
+            processes = [*postmaster.children(), postmaster]
+        except psutil.NoSuchProcess:
+            return
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
 
     def stop(self) -> None:
         if self.pid() is not None:
@@ -217,11 +228,18 @@ class StandbyPair:
         with psycopg.connect(self.primary.url(), autocommit=True) as conn:
             conn.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
 
-    def fail_over(self) -> None:
-        """The primary's machine dies (SIGKILL, and the link with it); the standby is promoted."""
+    def kill_primary(self) -> None:
+        """The primary's machine dies (SIGKILL), and the link with it: what either held is lost."""
         self.primary.kill()
         self.link.kill()
+
+    def promote(self) -> None:
         _run([_binary("pg_ctl"), "-D", str(self.standby.data_dir), "-w", "-t", str(int(START_SECONDS)), "promote"])
+
+    def fail_over(self) -> None:
+        """The primary's machine dies; the standby is promoted."""
+        self.kill_primary()
+        self.promote()
 
     def stop(self) -> None:
         """Stop whatever still runs and remove both data folders."""

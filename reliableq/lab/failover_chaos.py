@@ -195,10 +195,11 @@ async def _run(config: FailoverConfig, schedule: FailoverSchedule, pair: Standby
         pair.link.cut()
         cut = time.time()
         await asyncio.sleep(schedule.lag_seconds)  # the lag itself: what it lets through is what is at stake
-        died = time.time()
+        pair.kill_primary()
+        died = time.time()  # after the kill, every process of it gone: a request sent later reaches no primary
         if schedule.worker_killed is not None:
             workers[schedule.worker_killed].kill()
-        await asyncio.to_thread(pair.fail_over)
+        await asyncio.to_thread(pair.promote)
         if schedule.worker_killed is not None:  # its supervisor starts another on the promoted server
             system.spawn_worker(f"worker-{schedule.worker_killed}-restarted", config.lease_seconds)
         await asyncio.wait_for(submitting, config.settle_seconds)

@@ -4,6 +4,7 @@ wait leaves, one URL that finds the promoted server, and a killed owner's pair s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -109,6 +110,34 @@ async def test_a_cancelled_wait_for_the_standby_leaves_a_commit_only_the_primary
         assert _rows(pair.primary.url()) == [1]
         pair.fail_over()
         assert _rows(pair.url()) == []
+
+
+async def test_the_primary_dies_with_every_backend_as_a_machine_would():
+    """A backend busy with a long query outlives a postmaster SIGKILLed alone (it notices only when it next
+    waits), free meanwhile to commit and answer: the primary's death kills it too, at once."""
+    with _pair(synchronous=False) as pair:
+        with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            busy = threading.Thread(target=_query_until_it_fails,
+                                    args=(conn, "SELECT count(*) FROM generate_series(1, 10000000000)"))
+            busy.start()
+            await wait_until(lambda: _active(pair, backend), 10, "the long query to run")
+            postmaster = pair.primary.pid()
+            pair.kill_primary()
+            await wait_until(lambda: not _running(backend) and not _running(postmaster), 5,
+                             "the backend and the postmaster to die")
+            busy.join(10)
+
+
+def _query_until_it_fails(conn: psycopg.Connection, query: str) -> None:
+    with contextlib.suppress(psycopg.OperationalError):
+        conn.execute(query)
+
+
+def _active(pair: StandbyPair, backend: int) -> bool:
+    with psycopg.connect(pair.primary.url(), autocommit=True) as conn:
+        return conn.execute("SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s",
+                            [backend]).fetchone() == (True,)
 
 
 def test_one_url_finds_the_promoted_server():
