@@ -279,7 +279,9 @@ SELECT EXISTS (SELECT 1 FROM renewed) AS won;
 -- token), never per job: a stale owner's success in the same group as the current owner's must lose,
 -- though the job it names was finalized. Without fencing every claim's blind write lands.
 WITH owned AS (
-    SELECT * FROM unnest(%(job_ids)s::uuid[], %(lease_tokens)s::uuid[]) WITH ORDINALITY AS o (job_id, lease_token, position)
+    -- claims_given: the arrays as rows (sql/migrations/queue/0008 says why not unnest).
+    SELECT job_id, lease_token, given_order AS position
+    FROM claims_given(%(job_ids)s::uuid[], %(lease_tokens)s::uuid[])
 ), locked AS (
     -- The group's rows locked in id order first: two groups sharing jobs (two owners with fencing off,
     -- a stale and a current owner with it on) then wait for each other instead of deadlocking.
