@@ -9,19 +9,12 @@ SELECT 'noop', '{}', 5, 'tenant-' || (n %% %(tenants)s), now() - make_interval(s
 FROM generate_series(1, %(jobs)s) AS n;
 
 -- name: job_insert_many
--- Store `jobs` identical jobs of `kind` for `tenant` and their `submitted` events in one statement; all
--- are due at once. run_at steps back a microsecond per job, as separate submissions would differ: equal
+-- Store `jobs` identical jobs of `kind` for `tenant` in one statement, as submissions without a key
+-- store them (no event: sql/queue.sql job_events_of); all are due at once. run_at steps back a microsecond per job, as separate submissions would differ: equal
 -- run_at values would make every claim sort the whole backlog by id (the index orders by run_at only).
-WITH inserted AS (
-    INSERT INTO jobs (kind, payload, max_attempts, tenant, run_at)
-    SELECT %(kind)s, %(payload)s, %(max_attempts)s, %(tenant)s,
-           now() - make_interval(secs => (%(jobs)s - n) / 1e6)
-    FROM generate_series(1, %(jobs)s) AS n
-    RETURNING id
-), event AS (
-    INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
-)
-SELECT count(*) AS jobs FROM inserted;
+INSERT INTO jobs (kind, payload, max_attempts, tenant, run_at)
+SELECT %(kind)s, %(payload)s, %(max_attempts)s, %(tenant)s, now() - make_interval(secs => (%(jobs)s - n) / 1e6)
+FROM generate_series(1, %(jobs)s) AS n;
 
 -- name: job_bench_span
 -- A batch by PostgreSQL's clock: jobs per final status, attempts, and seconds from the first
@@ -44,8 +37,8 @@ WHERE a.outcome = 'expired'
 ORDER BY b.job_id, b.attempt;
 
 -- name: job_insert_finished_history
--- A finished past: `jobs` no-op jobs SUCCEEDED two days ago, each with its attempt and its `submitted`
--- event, as a queue that never pruned would hold them; created a millisecond apart, oldest first.
+-- A finished past: `jobs` no-op jobs SUCCEEDED two days ago, each with its attempt, as a queue that never
+-- pruned would hold them; created a millisecond apart, oldest first.
 WITH inserted AS (
     INSERT INTO jobs (kind, payload, status, attempts, created_at, updated_at, finalized_at)
     SELECT 'noop', '{}', 'SUCCEEDED', 1, now() - interval '3 days' + n * interval '1 millisecond',
@@ -55,8 +48,6 @@ WITH inserted AS (
 ), attempt AS (
     INSERT INTO job_attempts (job_id, attempt, worker_id, lease_token, claimed_at, finished_at, outcome)
     SELECT id, 1, 'history', gen_random_uuid(), created_at, created_at, 'succeeded' FROM inserted
-), event AS (
-    INSERT INTO job_events (job_id, event) SELECT id, 'submitted' FROM inserted
 )
 SELECT count(*) AS jobs FROM inserted;
 

@@ -22,7 +22,7 @@ async def row_visible(queue_url: str, job_id: str | uuid.UUID) -> bool:
 
 
 async def stored_rows(queue_url: str) -> tuple[int, int]:
-    """(jobs, job_events) row counts."""
+    """(jobs, job_events) row counts: a submission without a key writes its job alone."""
     row = await fetch_one(queue_url, "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_events)")
     return row[0], row[1]
 

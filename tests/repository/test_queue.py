@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from dataclasses import replace
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -270,6 +272,23 @@ async def test_replay_keeps_id_and_key_and_grants_a_fresh_budget(make_queue, sub
     (again,) = await queue.claim(1, worker_name(), LEASE)
     assert again.attempts == 2
     assert await queue.replay(job.id, budget=3) is None  # not DEAD any more
+
+
+async def test_every_history_begins_with_one_submission_however_it_was_recorded(make_queue, submission, databases):
+    """A job submitted without a key has no event row (its own row records it); one with a key has its
+    event, as has a job an older release stored with its event: each history shows one `submitted`."""
+    queue = make_queue()
+    plain = await queue.submit(submission())
+    (keyed,) = await queue.submit_keyed([replace(submission(), key="order-1")], [uuid.uuid4()], 60,
+                                        all_or_none=True)
+    older = await queue.submit(submission())
+    with psycopg.connect(databases.queue_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_events (job_id, event) VALUES (%s, 'submitted')", [older.id])
+        stored = conn.execute("SELECT job_id FROM job_events ORDER BY job_id").fetchall()
+    assert sorted(stored) == sorted([(keyed.job_id,), (older.id,)])
+    for job_id in (plain.id, keyed.job_id, older.id):
+        assert [e["event"] for e in await queue.events_of(job_id)] == ["submitted"]
+    assert (await queue.events_of(plain.id))[0]["at"] == (await queue.get(plain.id)).created_at
 
 
 async def test_dead_error_is_sanitised(make_queue, submission):
