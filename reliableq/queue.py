@@ -73,6 +73,14 @@ def idempotency_key(kind: str, job_id: uuid.UUID) -> str:
     return f"reliableq:{kind}:{job_id}"
 
 
+def batch_document(submissions: Sequence[Submission], job_ids: Sequence[uuid.UUID]) -> Jsonb:
+    """A batch as the one JSON document sql/queue.sql's fragment submitted_jobs reads: an object per job, a
+    job with an idempotency key with its key and its body's fingerprint."""
+    return Jsonb([{"id": str(job_id), "kind": s.kind, "payload": s.payload, "max_attempts": s.max_attempts,
+                   "tenant": s.tenant} | ({"key": s.key, "fingerprint": s.fingerprint()} if s.key is not None else {})
+                  for s, job_id in zip(submissions, job_ids, strict=True)])
+
+
 def json_row(row: dict[str, Any]) -> dict[str, Any]:
     """A database row as JSON-ready values: ids and times as strings."""
     return {key: str(value) if isinstance(value, uuid.UUID) else value.isoformat() if isinstance(value, datetime)
@@ -167,13 +175,7 @@ class Queue:
             raise ValueError(f"{len(submissions)} submissions but {len(job_ids)} job ids")
         if not submissions:
             return []
-        await self._execute("job_insert_batch", {
-            "job_ids": list(job_ids),
-            "kinds": [s.kind for s in submissions],
-            "payloads": [Jsonb(s.payload) for s in submissions],
-            "max_attempts": [s.max_attempts for s in submissions],
-            "tenants": [s.tenant for s in submissions],
-        })
+        await self._execute("job_insert_batch", {"jobs": batch_document(submissions, job_ids)})
         return list(job_ids)
 
     async def submit_keyed(self, submissions: Sequence[Submission], job_ids: Sequence[uuid.UUID],
@@ -187,15 +189,7 @@ class Queue:
             async with conn.transaction():
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(self.queries["job_insert_keyed_batch"], {
-                    "job_ids": list(job_ids),
-                    "kinds": [s.kind for s in submissions],
-                    "payloads": [Jsonb(s.payload) for s in submissions],
-                    "max_attempts": [s.max_attempts for s in submissions],
-                    "tenants": [s.tenant for s in submissions],
-                    "keys": [s.key for s in submissions],
-                    "fingerprints": [s.key and s.fingerprint() for s in submissions],
-                    "window_seconds": window_seconds,
-                })
+                    "jobs": batch_document(submissions, job_ids), "window_seconds": window_seconds})
                 stored = [row["stored"] for row in await cur.fetchall()]
                 # A new statement, so a new snapshot: it sees the key a concurrent transaction committed
                 # while the insert above waited for it.

@@ -10,28 +10,33 @@ VALUES (%(job_id)s, %(kind)s, %(payload)s, %(max_attempts)s, %(tenant)s)
 RETURNING *;
 
 -- name: job_insert_batch
--- Store many submitted jobs in one statement (so one commit, and all or nothing), from parallel arrays of ids, kinds, payloads, attempt budgets and tenants. Returns no rows:
--- the caller drew the ids, and reading every row back cost more than storing it (`reliableq bench`).
--- The arrays travel in binary (%(name)b): in text, psycopg quotes each element with a regular expression,
--- half the client's CPU for a batch of 100.
+-- Store many submitted jobs in one statement (so one commit, and all or nothing), given as one JSON
+-- document (the fragment submitted_jobs). Returns no rows: the caller drew the ids, and reading every row
+-- back cost more than storing it (`reliableq bench`).
 INSERT INTO jobs (id, kind, payload, max_attempts, tenant)
 SELECT id, kind, payload, max_attempts, tenant
-FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::jsonb[],
-            %(max_attempts)b::integer[], %(tenants)b::text[])
-     WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, position)
+FROM
+-- include: submitted_jobs
 ORDER BY position;
 
+-- fragment: submitted_jobs
+-- A batch's jobs as rows `s`, `position` their place in it, from one JSON array of objects (id, kind,
+-- payload, max_attempts, tenant; key and fingerprint for a job with an idempotency key): the client
+-- encodes the whole batch in one call, where an array per field cost psycopg a Python call per element,
+-- most of the client's CPU for a batch of 100 (reliableq/queue.py batch_document).
+ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (id uuid, kind text, payload jsonb, max_attempts integer,
+                                                   tenant text, key text, fingerprint text))
+     WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, key, fingerprint, position)
+
 -- name: job_insert_keyed_batch
--- Store submitted jobs, some with a client's idempotency key, in one statement, from parallel arrays
--- (keys and fingerprints NULL for a job without a key). A key takes its job only if no other job holds
+-- Store submitted jobs, some with a client's idempotency key, in one statement, from one JSON document
+-- (the fragment submitted_jobs; key and fingerprint NULL for a job without a key). A key takes its job only if no other job holds
 -- it within the window; a job whose key is held is not stored (job_submission_keys_held then says
 -- whose it is). Concurrent statements with one key store one job: the second waits for the first's
 -- commit and finds the key held. Returns, per input position, whether its job was stored.
 WITH submitted AS (
-    SELECT * FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::jsonb[],
-                         %(max_attempts)b::integer[], %(tenants)b::text[], %(keys)b::text[],
-                         %(fingerprints)b::text[])
-                  WITH ORDINALITY AS s(id, kind, payload, max_attempts, tenant, key, fingerprint, position)
+    SELECT * FROM
+-- include: submitted_jobs
 ), keyed AS (
     INSERT INTO job_submission_keys AS held (key, job_id, fingerprint)
     -- In key order: two statements holding the same keys lock them in one order, so neither deadlocks.
