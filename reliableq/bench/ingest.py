@@ -10,12 +10,10 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import aiohttp
 
 from reliableq import db
 from reliableq.bench.gate import UNFINISHED_CHECK, gate
+from reliableq.bench.http_load import LoopbackHttp
 from reliableq.bench.profiles import BATCH_JOBS, PAYLOAD, batch_point_jobs
 from reliableq.bench.results import Measured, Sample, Window
 from reliableq.bench.runner import Bench
@@ -102,29 +100,19 @@ class _Submit:
         await self._close()
 
 
-async def _accepted(response: aiohttp.ClientResponse) -> dict[str, Any]:
-    if response.status != 202:
-        raise RuntimeError(f"submit refused: {response.status} {(await response.text())[:200]}")
-    return await response.json()
-
-
 async def _submitter(system: LocalSystem, via: str, clients: int) -> _Submit:
     if via in ("http", "http-batch"):
-        # aiohttp, as the worker's charge client: httpx's client CPU (ten times aiohttp's per request)
-        # would share the two cores with the API it measures.
-        http = aiohttp.ClientSession(system.api_url, connector=aiohttp.TCPConnector(limit=clients),
-                                     timeout=aiohttp.ClientTimeout(total=30))
+        http = LoopbackHttp(system.api_url)  # its CPU shares the cores with the API it measures: see its module
 
         async def over_http(jobs: int) -> list[uuid.UUID]:
-            async with http.post("/v1/jobs", json=PAYLOAD) as response:
-                return [uuid.UUID((await _accepted(response))["id"])]
+            return [uuid.UUID((await http.post_json("/v1/jobs", PAYLOAD, expect=202))["id"])]
 
         async def in_batches(jobs: int) -> list[uuid.UUID]:
-            async with http.post("/v1/jobs/batch", json={"jobs": [PAYLOAD] * jobs}) as response:
-                return [uuid.UUID(job["id"]) for job in (await _accepted(response))["jobs"]]
+            accepted = await http.post_json("/v1/jobs/batch", {"jobs": [PAYLOAD] * jobs}, expect=202)
+            return [uuid.UUID(job["id"]) for job in accepted["jobs"]]
         if via == "http":
-            return _Submit(over_http, http.close)
-        return _Submit(in_batches, http.close, BATCH_JOBS)
+            return _Submit(over_http, http.aclose)
+        return _Submit(in_batches, http.aclose, BATCH_JOBS)
     pool = await db.open_pool_checked(system.databases.queue_url, max_size=clients, min_size=clients)
     queue = Queue(pool)
     submission = Submission(payload=dict(PAYLOAD), max_attempts=5, kind="charge")

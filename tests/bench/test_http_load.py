@@ -1,0 +1,84 @@
+"""The bench's HTTP load generator (reliableq/bench/http_load.py) against the real API on loopback: answers
+read whole, a connection reused for the next request, one per request in flight, a refusal raised with
+its status and message, and a server's closing of a connection honoured."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+
+from reliableq.api import create_api_app
+from reliableq.bench.http_load import HttpRefused, LoopbackHttp
+from reliableq.charge.handler import STANDARD_KINDS
+from reliableq.servers import LoopbackServer
+
+CHARGE = {"amount_cents": 1250, "currency": "USD"}
+
+
+@pytest.fixture
+async def api_url(databases):
+    server = LoopbackServer(create_api_app(databases.queue_url, kinds=STANDARD_KINDS))
+    yield await asyncio.to_thread(server.start)
+    await asyncio.to_thread(server.stop)
+
+
+def _stored(queue_url: str, ids: list[uuid.UUID]) -> int:
+    with psycopg.connect(queue_url) as conn:
+        return conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s)", [ids]).fetchone()[0]
+
+
+async def test_jobs_and_batches_are_acknowledged_over_connections_kept_for_the_next_request(api_url, databases):
+    http = LoopbackHttp(api_url)
+    try:
+        ids = [uuid.UUID((await http.post_json("/v1/jobs", CHARGE, expect=202))["id"]) for _ in range(5)]
+        assert http.idle_connections == 1  # five requests one after another: one connection
+        batch = await http.post_json("/v1/jobs/batch", {"jobs": [CHARGE] * 3}, expect=202)
+        ids += [uuid.UUID(job["id"]) for job in batch["jobs"]]
+        answers = await asyncio.gather(*(http.post_json("/v1/jobs", CHARGE, expect=202) for _ in range(6)))
+        ids += [uuid.UUID(answer["id"]) for answer in answers]
+        assert http.idle_connections == 6  # six at once: six connections, each kept
+    finally:
+        await http.aclose()
+    assert len(set(ids)) == 14 and _stored(databases.queue_url, ids) == 14
+
+
+async def test_an_answer_not_expected_is_raised_with_its_status_and_message(api_url):
+    http = LoopbackHttp(api_url)
+    try:
+        with pytest.raises(HttpRefused, match=r"/v1/jobs answered 422: .*amount_cents"):
+            await http.post_json("/v1/jobs", {"currency": "USD"}, expect=202)
+        # The refused request's connection serves the next one.
+        assert (await http.post_json("/v1/jobs", CHARGE, expect=202))["status"] == "PENDING"
+        assert http.idle_connections == 1
+    finally:
+        await http.aclose()
+
+
+async def test_a_connection_the_server_closes_is_not_used_again():
+    async def closing_app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await receive()
+        await send({"type": "http.response.start", "status": 202,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"11"),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": b'{"id": "x"}'})
+    server = LoopbackServer(closing_app)
+    url = await asyncio.to_thread(server.start)
+    http = LoopbackHttp(url)
+    try:
+        for _ in range(3):
+            assert await http.post_json("/", {}, expect=202) == {"id": "x"}
+            assert http.idle_connections == 0
+    finally:
+        await http.aclose()
+        await asyncio.to_thread(server.stop)
+
+
+def test_only_an_http_address_with_a_port_is_taken():
+    for url in ("https://127.0.0.1:8000", "http://127.0.0.1", "127.0.0.1:8000"):
+        with pytest.raises(ValueError, match="expected http://host:port"):
+            LoopbackHttp(url)
