@@ -186,11 +186,8 @@ def create_api_app(database_url: str, mechanisms: Mechanisms = Mechanisms(), fau
         async def store_group(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused | None]:
             if any(submission.key is not None for submission, _ in submitted):
                 return await store_keyed(submitted)
-            if len(submitted) == 1:  # the plain insert is the cheaper statement for one row
-                await queue.submit(*submitted[0])
-            else:
-                await queue.submit_many([submission for submission, _ in submitted],
-                                        [job_id for _, job_id in submitted])
+            # One job or many, the batch statement: it reads back no row (the API drew the ids).
+            await queue.submit_many([submission for submission, _ in submitted], [job_id for _, job_id in submitted])
             return [None] * len(submitted)
 
         async def store_keyed(submitted: list[tuple[Submission, uuid.UUID]]) -> list[Stored | KeyReused]:
