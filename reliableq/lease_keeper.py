@@ -50,14 +50,22 @@ class LeaseKeeper:
         self._stop = asyncio.Event()
         self._suspended = False
         self._finalizing = False
+        self._first_renewal: asyncio.TimerHandle | None = None
         self._renewer: asyncio.Task | None = None
 
     async def __aenter__(self) -> LeaseKeeper:
         if self.renewing:
-            self._renewer = asyncio.create_task(self._renew_until_stopped())
+            # A third of the lease: two renewals can fail or run late before the lease is lost. The renewer
+            # starts when the first one is due: most jobs are finalized sooner, and then none is made.
+            self._first_renewal = self._loop.call_later(self.lease_seconds / 3, self._start_renewing)
         return self
 
+    def _start_renewing(self) -> None:
+        self._renewer = asyncio.create_task(self._renew_until_stopped())
+
     async def __aexit__(self, error_type, error, traceback) -> None:
+        if self._first_renewal is not None:
+            self._first_renewal.cancel()
         if self._renewer is None:
             return
         self._stop.set()
@@ -88,31 +96,31 @@ class LeaseKeeper:
             self.ran_out_unrenewed = True
 
     async def _renew_until_stopped(self) -> None:
-        # A third of the lease: two renewals can fail or run late before the lease is lost.
-        interval = self.lease_seconds / 3
-        while True:
-            if await event_set_within(self._stop, interval):
+        """From the first renewal's time on: renew, then again a third of the lease later, until stopped."""
+        while not self._stop.is_set() and (self._suspended or await self._renewed()):
+            if await event_set_within(self._stop, self.lease_seconds / 3):
                 return
-            if self._suspended:
-                continue
-            sent_at = self._loop.time()
-            try:
-                won = await self.queue.renew(self.job, self.lease_seconds, fleet_limited=self.fleet_limited)
-            except (psycopg.Error, PoolTimeout) as error:
-                reraise_if_cancelled()
-                # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
-                log.warning("worker %s could not renew job %s: %s", self.job.worker_id, self.job.id, error,
-                            extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
-                continue
-            if won:
-                self._runs_out_at = sent_at + self.lease_seconds
-                continue
-            self.refused()
-            if not self._finalizing:
-                self.on_lost()
-                log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id,
-                            extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
-            return
+
+    async def _renewed(self) -> bool:
+        """One renewal: whether to go on (granted, or failed and worth another try)."""
+        sent_at = self._loop.time()
+        try:
+            won = await self.queue.renew(self.job, self.lease_seconds, fleet_limited=self.fleet_limited)
+        except (psycopg.Error, PoolTimeout) as error:
+            reraise_if_cancelled()
+            # Not a lost lease, just a failed attempt: try again while the lease may still be ours.
+            log.warning("worker %s could not renew job %s: %s", self.job.worker_id, self.job.id, error,
+                        extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
+            return True
+        if won:
+            self._runs_out_at = sent_at + self.lease_seconds
+            return True
+        self.refused()
+        if not self._finalizing:
+            self.on_lost()
+            log.warning("worker %s lost the lease of job %s", self.job.worker_id, self.job.id,
+                        extra={"worker_id": self.job.worker_id, "job_id": self.job.id})
+        return False
 
 
 def reraise_if_cancelled() -> None:
