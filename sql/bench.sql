@@ -10,8 +10,8 @@ FROM generate_series(1, %(jobs)s) AS n;
 
 -- name: job_insert_many
 -- Store `jobs` identical jobs of `kind` for `tenant` in one statement, as submissions without a key
--- store them (no event: sql/queue.sql job_events_of); all are due at once. run_at steps back a microsecond per job, as separate submissions would differ: equal
--- run_at values would make every claim sort the whole backlog by id (the index orders by run_at only).
+-- store them (no event: sql/queue.sql job_events_of); all are due at once. run_at steps back a
+-- microsecond per job, as separate submissions would differ.
 INSERT INTO jobs (kind, payload, max_attempts, tenant, run_at)
 SELECT %(kind)s, %(payload)s, %(max_attempts)s, %(tenant)s, now() - make_interval(secs => (%(jobs)s - n) / 1e6)
 FROM generate_series(1, %(jobs)s) AS n;

@@ -30,9 +30,9 @@ ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (id uuid, kind text, payload j
 
 -- name: job_insert_keyed_batch
 -- Store submitted jobs, some with a client's idempotency key, in one statement, from one JSON document
--- (the fragment submitted_jobs; key and fingerprint NULL for a job without a key). A key takes its job only if no other job holds
--- it within the window; a job whose key is held is not stored (job_submission_keys_held then says
--- whose it is). Concurrent statements with one key store one job: the second waits for the first's
+-- (the fragment submitted_jobs; key and fingerprint NULL for a job without a key). A key takes its job
+-- only if no other job holds it within the window; a job whose key is held is not stored
+-- (job_submission_keys_held then says whose it is). Concurrent statements with one key store one job: the second waits for the first's
 -- commit and finds the key held. Returns, per input position, whether its job was stored.
 WITH submitted AS (
     SELECT * FROM
