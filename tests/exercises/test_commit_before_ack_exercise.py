@@ -69,6 +69,8 @@ WRONG = {
     "stored-twice": (accept("await store()", "await store()", "await acknowledge()"), exercise.STORED_ONCE,
                      "committed 2 times"),
     "never-acknowledged": (accept("await store()"), exercise.ANSWERED_ONCE, "accept returned without it"),
+    "acknowledge-not-awaited": (accept("await store()", "acknowledge()"), exercise.ANSWERED_ONCE,
+                                "called but never awaited"),
     "waits-for-ever": (WAITS_FOR_EVER, exercise.ANSWERED_ONCE, "still waiting at line 7"),
     "acknowledged-twice": (accept("await store()", "await acknowledge()", "await acknowledge()"),
                            exercise.ANSWERED_ONCE, "called 2 times"),
@@ -133,6 +135,16 @@ def test_right_answers_spelt_differently_pass_the_forced_schedules(text):
 def test_wrong_answers_break_first_the_invariant_they_miss_saying_what_they_did(text, invariant, said):
     first = broken(text)[0]
     assert first.name == invariant and said in str(first.violations), first.violations
+
+
+def test_an_acknowledgement_never_awaited_is_said_as_no_answer_not_a_runtime_warning():
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        [answered] = broken(accept("await store()", "acknowledge()"))
+        gc.collect()
+    assert not [warning for warning in warned if "never awaited" in str(warning.message)]
+    assert answered.violations == [{"acknowledge()": "called but never awaited: a coroutine nobody runs, so no 202 "
+                                                     "is ever sent"}]
 
 
 def test_a_store_never_awaited_is_said_as_a_lost_job_not_a_runtime_warning():

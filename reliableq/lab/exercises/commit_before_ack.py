@@ -13,6 +13,7 @@ crash or a commit happens to land.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -127,6 +128,8 @@ class LearnerOrder:
     # reaches the API as it was: the API's to answer (503), not the learner's mistake. A trial's are not:
     # it tells each store() call's coroutine apart, and marks its own failure (InsertFailed).
     wrap_the_labs: bool = True
+    # A trial's: every acknowledge() coroutine accept was given, to close (and say) those it never awaited.
+    handed: list[Coroutine] | None = None
 
     async def __call__(self, store: Callable[[], Awaitable[object]],
                        acknowledge: Callable[[], Awaitable[None]]) -> None:
@@ -141,6 +144,8 @@ class LearnerOrder:
                 await acknowledge()
             if self.wrap_the_labs:
                 store, acknowledge_noted = lab_awaitable(store), lab_awaitable(acknowledge_noted)
+            if self.handed is not None:
+                acknowledge_noted = _recorded_in(self.handed, acknowledge_noted)
             learner = self.function(store, acknowledge_noted)
             if not isinstance(learner, LearnerCoroutine):
                 raise LearnerError(f"{FILENAME}: define accept with `async def`, so that it can await store() and "
@@ -166,6 +171,13 @@ class LearnerOrder:
                     "(its store, if it has one after the 202, never finished)")
         return (f"{where}: {self.waiter} waited {self.deadline_seconds:g} s for accept to call acknowledge(), "
                 "and accept was still waiting here (its client would wait for ever for the 202)")
+
+
+def _recorded_in(calls: list[Coroutine], function: Callable[[], Coroutine]) -> Callable[[], Coroutine]:
+    def recorded() -> Coroutine:
+        calls.append(function())
+        return calls[-1]
+    return recorded
 
 
 # -- the forced schedules: accept on the check's clock, with a store the check holds ------------------
@@ -210,6 +222,7 @@ class Trial:
     store: str  # one of STORES
     stores: list[StoreCall] = field(default_factory=list)
     acknowledgements: int = 0
+    acknowledgements_never_awaited: int = 0  # acknowledge() called, its coroutine never run
     early: list[dict[str, str]] = field(default_factory=list)  # each acknowledge() before any commit: what then
     acknowledged_failure: bool = False  # acknowledge() after the insert failed
     answered: bool = False  # acknowledged before accept ended, as the API needs to send the 202
@@ -228,7 +241,8 @@ async def trial(order: LearnerOrder, store: str) -> Trial:
     Every moment is the same on every run, and a held store shows each acknowledgement that did not wait
     for its commit, whatever timeout or poll let it go. An exception in accept with a fast store, or a step
     that never ends, raises LearnerError; with a held store accept may give up (the API answers 500)."""
-    order = replace(order, deadline_seconds=TRIAL_DEADLINE_SECONDS, waiter="the check", errors=[], wrap_the_labs=False)
+    order = replace(order, deadline_seconds=TRIAL_DEADLINE_SECONDS, waiter="the check", errors=[], wrap_the_labs=False,
+                    handed=[])
     # The outer deadline stops an endless loop in a task accept started (its own steps have theirs).
     return await asyncio.to_thread(within_deadline, virtual_clock.run,
                                    (partial(_trial, order, store), FILENAME, TRIAL_REAL_SECONDS, GIVE_UP_AT),
@@ -298,6 +312,10 @@ async def _trial(order: LearnerOrder, store_kind: str) -> Trial:
     for call in facts.stores:
         if not call.started:
             call.coroutine.close()  # said in the check's words, not as Python's "never awaited" warning
+    for coroutine in order.handed:
+        if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:
+            coroutine.close()  # likewise
+            facts.acknowledgements_never_awaited += 1
     failure = outcomes.pop(accepting)
     for outcome in outcomes.values():
         if isinstance(outcome, LearnerError):
@@ -346,6 +364,8 @@ def _answered_once(facts: Trial) -> list[dict[str, str]]:
                                   "its store long committed"}]
     if facts.acknowledgements:
         return [{"acknowledge()": "called only after accept had returned: the API had already answered 500"}]
+    if facts.acknowledgements_never_awaited:
+        return [{"acknowledge()": "called but never awaited: a coroutine nobody runs, so no 202 is ever sent"}]
     return [{"acknowledge()": "never called (accept returned without it): the client would wait for ever for its 202"}]
 
 
