@@ -337,8 +337,8 @@ ACK_AFTER_COMMIT = ("every 202 is true when sent: acknowledge() only after store
                     "the insert takes, and never for an insert that failed")
 STORED_ONCE = ("the job is stored exactly once: accept awaits store() once (a store() never awaited never runs, "
                "and a second insert of the same job fails)")
-ANSWERED_ONCE = ("every submission is answered exactly once: accept calls acknowledge() once, before it returns "
-                 "(without it the client waits for ever; a request has one answer)")
+ANSWERED_ONCE = ("every submission is answered exactly once: acknowledge() runs once, before accept returns (a "
+                 "call never awaited never runs; without it the client waits for ever; a request has one answer)")
 
 
 def _stored_once(facts: Trial) -> list[dict[str, str]]:
