@@ -46,6 +46,8 @@ class LeaseKeeper:
         self.fleet_limited, self.renewing, self.on_lost = fleet_limited, renewing, on_lost
         self._loop = asyncio.get_running_loop()
         self._runs_out_at = (self._loop.time() if claim_sent_at is None else claim_sent_at) + lease_seconds
+        # A third of the lease between renewals: two can fail or run late before the lease is lost.
+        self._renew_every = lease_seconds / 3
         self.ran_out_unrenewed = False
         self._stop = asyncio.Event()
         self._suspended = False
@@ -55,9 +57,9 @@ class LeaseKeeper:
 
     async def __aenter__(self) -> LeaseKeeper:
         if self.renewing:
-            # A third of the lease: two renewals can fail or run late before the lease is lost. The renewer
-            # starts when the first one is due: most jobs are finalized sooner, and then none is made.
-            self._first_renewal = self._loop.call_later(self.lease_seconds / 3, self._start_renewing)
+            # The renewer starts when the first renewal is due: most jobs are finalized sooner, and then
+            # none is made.
+            self._first_renewal = self._loop.call_later(self._renew_every, self._start_renewing)
         return self
 
     def _start_renewing(self) -> None:
@@ -98,7 +100,7 @@ class LeaseKeeper:
     async def _renew_until_stopped(self) -> None:
         """From the first renewal's time on: renew, then again a third of the lease later, until stopped."""
         while not self._stop.is_set() and (self._suspended or await self._renewed()):
-            if await event_set_within(self._stop, self.lease_seconds / 3):
+            if await event_set_within(self._stop, self._renew_every):
                 return
 
     async def _renewed(self) -> bool:

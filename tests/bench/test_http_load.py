@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import psycopg
 import pytest
 
 from reliableq.api import create_api_app
 from reliableq.bench.http_load import HttpRefused, LoopbackHttp
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.servers import LoopbackServer
+from tests.api.job_steps import count_visible
 
 CHARGE = {"amount_cents": 1250, "currency": "USD"}
 
@@ -23,11 +23,6 @@ async def api_url(databases):
     server = LoopbackServer(create_api_app(databases.queue_url, kinds=STANDARD_KINDS))
     yield await asyncio.to_thread(server.start)
     await asyncio.to_thread(server.stop)
-
-
-def _stored(queue_url: str, ids: list[uuid.UUID]) -> int:
-    with psycopg.connect(queue_url) as conn:
-        return conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s)", [ids]).fetchone()[0]
 
 
 async def test_jobs_and_batches_are_acknowledged_over_connections_kept_for_the_next_request(api_url, databases):
@@ -42,7 +37,7 @@ async def test_jobs_and_batches_are_acknowledged_over_connections_kept_for_the_n
         assert http.idle_connections == 6  # six at once: six connections, each kept
     finally:
         await http.aclose()
-    assert len(set(ids)) == 14 and _stored(databases.queue_url, ids) == 14
+    assert len(set(ids)) == 14 and await count_visible(databases.queue_url, [str(i) for i in ids]) == 14
 
 
 async def test_an_answer_not_expected_is_raised_with_its_status_and_message(api_url):
