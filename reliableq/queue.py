@@ -227,24 +227,13 @@ class Queue:
         if limit <= 0:
             return []
         m = self.mechanisms
-        # One statement either way; fairness changes only which due jobs it takes.
-        claim_query = "job_claim_due_fair" if m.fairness else "job_claim_due_skip_locked"
-        params = {
-            "now": now,
-            "limit": limit,
-            "reclaim_expired": m.leases,
-            "enforce_budget": m.dead,
-            "worker_id": worker_id,
-            # Without leases a claim never expires: RUNNING is just a flag.
-            "lease_seconds": lease_seconds if m.leases else None,
-        }
+        if fleet_limit is not None and not (m.skip_locked and m.leases):
+            raise ValueError("a fleet limit needs the skip_locked and leases mechanisms")
+        params = self._claim_params(limit, worker_id, lease_seconds, now)
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            if m.dead and m.leases and self._sweep_due(now):
-                await cur.execute(self.queries["job_dead_expired_exhausted"], params)
+            await self._sweep_if_due(conn, params)
             if fleet_limit is not None:
-                if not (m.skip_locked and m.leases):
-                    raise ValueError("a fleet limit needs the skip_locked and leases mechanisms")
                 async with conn.transaction():
                     gate = await conn.execute(self.queries["job_fleet_claim_gate"])
                     if not (await gate.fetchone())[0]:
@@ -258,13 +247,13 @@ class Queue:
                     slots = await cur.fetchone()
                     if slots["free"] == 0:
                         return []
-                    await cur.execute(self.queries[claim_query],
+                    await cur.execute(self.queries[self._claim_query],
                                       {**params, "limit": min(limit, slots["free"]), "now": slots["at"]})
                     rows = await cur.fetchall()
             elif m.skip_locked:
                 # One statement (select-for-update and mark, as CTEs): one round trip instead of four
                 # (BEGIN, select, update, COMMIT) with the same locks; `reliableq bench` measured the difference.
-                await cur.execute(self.queries[claim_query], params)
+                await cur.execute(self.queries[self._claim_query], params)
                 rows = await cur.fetchall()
             else:
                 # Two statements, each committed on its own (the pool's connections autocommit).
@@ -276,6 +265,28 @@ class Queue:
                 await cur.execute(self.queries["job_mark_claimed"], {**params, "ids": ids})
                 rows = await cur.fetchall()
         return [Job.from_row(row) for row in rows]
+
+    @property
+    def _claim_query(self) -> str:
+        """The one claim statement: fairness changes only which due jobs it takes."""
+        return "job_claim_due_fair" if self.mechanisms.fairness else "job_claim_due_skip_locked"
+
+    def _claim_params(self, limit: int, worker_id: str, lease_seconds: float,
+                      now: datetime | None) -> dict[str, Any]:
+        m = self.mechanisms
+        return {
+            "now": now,
+            "limit": limit,
+            "reclaim_expired": m.leases,
+            "enforce_budget": m.dead,
+            "worker_id": worker_id,
+            # Without leases a claim never expires: RUNNING is just a flag.
+            "lease_seconds": lease_seconds if m.leases else None,
+        }
+
+    async def _sweep_if_due(self, conn: AsyncConnection, params: dict[str, Any]) -> None:
+        if self.mechanisms.dead and self.mechanisms.leases and self._sweep_due(params["now"]):
+            await conn.execute(self.queries["job_dead_expired_exhausted"], params)
 
     def _sweep_due(self, now: datetime | None) -> bool:
         """Whether this claim sweeps: once per SWEEP_SECONDS, and always at a moment given (tests moving
@@ -331,19 +342,47 @@ class Queue:
         each fenced by its own token; whether each claim won, in order. Two claims of one job may share
         a group (a stale owner's late success beside the current owner's): only the token that owns the
         job wins. A crash at `during_finalize` rolls back the whole group."""
+        won, _ = await self._succeed(jobs, None)
+        return won
+
+    async def succeed_and_claim(self, jobs: Sequence[Job], limit: int, worker_id: str,
+                                lease_seconds: float) -> tuple[list[bool], list[Job]]:
+        """succeed_many, and in the same commit a claim of up to `limit` due jobs for `worker_id`, as
+        claim() takes them (without a fleet limit; needs skip_locked): whether each success won, and the
+        jobs claimed. One round trip and one commit where a success and the next claim took two each; a
+        failure of either rolls back both."""
+        if not self.mechanisms.skip_locked:
+            raise ValueError("a claim in a success's commit needs the skip_locked mechanism")
+        return await self._succeed(jobs, self._claim_params(limit, worker_id, lease_seconds, None))
+
+    async def _succeed(self, jobs: Sequence[Job], claim: dict[str, Any] | None) -> tuple[list[bool], list[Job]]:
         for job in jobs:
             await self.faults.reach("before_group_commit", job, job.worker_id or "")
         async with self.pool.connection() as conn:
             async with self._transaction_for_faults(conn):
-                cur = await conn.execute(self.queries["job_succeed"], {
-                    "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
-                    "fenced": self.mechanisms.fencing})
-                won = [bool(claim_won) for (claim_won,) in await cur.fetchall()]
+                succeeded, claimed = conn.cursor(), conn.cursor(row_factory=dict_row)
+                # In a pipeline the statements travel together and, outside a transaction, commit together
+                # at its end (one implicit transaction up to the pipeline's one sync).
+                async with conn.pipeline() if claim is not None else nullcontext():
+                    await succeeded.execute(self.queries["job_succeed"], {
+                        "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
+                        "fenced": self.mechanisms.fencing})
+                    if claim is not None:
+                        await self._sweep_if_due(conn, claim)
+                        await claimed.execute(self.queries[self._claim_query], claim)
+                won = [bool(claim_won) for (claim_won,) in await succeeded.fetchall()]
+                rows = await claimed.fetchall() if claim is not None else []
                 for job in jobs:
                     await self.faults.reach("during_finalize", job, job.worker_id or "")
         for job in jobs:
             await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
-        return won
+        return won, [Job.from_row(row) for row in rows]
+
+    async def claimed_with_success(self, job: Job, worker_id: str) -> list[Job]:
+        """The jobs still leased to `worker_id` that the commit which finalized `job` claimed: what
+        succeed_and_claim took, for a worker that never heard its answer."""
+        return [Job.from_row(row) for row in
+                await self._fetch("job_claimed_with_success", {"job_id": job.id, "worker_id": worker_id})]
 
     async def finalize_recorded(self, job: Job) -> tuple[str, bool] | None:
         """What a finalize of this claim already committed: (operation, whether it won), or None when

@@ -6,6 +6,8 @@ effect until its finalize is recorded (reliableq/lease_keeper.py), runs the hand
 job's kind (reliableq/handlers.py; a charge calls the charge service with the job's stable key), takes
 its classified outcome and finalizes with a fenced update (succeed, retry with backoff, or DEAD, as
 reliableq/finalize_decision.py decides), learning after a lost answer what its first try committed.
+A success commits together with the claim of the job that takes its permit next (one commit a job under
+steady load, where a claim and a success took one each).
 On stop (SIGTERM/SIGINT in the CLI) it claims nothing more, lets in-flight handlers finish within the
 grace period while still renewing, and abandons the rest to lease expiry: unfinished work is never
 marked succeeded. What it cannot guarantee: that a handler runs once. A crash after the charge and
@@ -94,6 +96,11 @@ class Worker:
         # asked at all: a Permits is only ever driven by its own contract, whatever else is switched off.
         self.permits = ((permits or Permits(settings.concurrency)) if self.mechanisms.semaphore
                         else Unlimited(settings.unbounded_claim_limit))
+        # A success hands its permit straight to a job claimed in its own commit (one commit a job where a
+        # claim and a success took one each), so the permits see one job where a chain of them ran. Not with
+        # permits given from outside: a learner's are asked before every claim, as the lab tells them.
+        self._hands_over = (permits is None and self.mechanisms.semaphore and self.mechanisms.skip_locked
+                            and settings.fleet_limit is None)
         self._stalled = False
         self.stats = stats or WorkerStats()
         self._handlers: set[asyncio.Task] = set()
@@ -186,9 +193,6 @@ class Worker:
             self.stats.claim_seconds_total += time.perf_counter() - started
 
     def _start(self, job: Job, claim_sent_at: float) -> None:
-        self.stats.claimed += 1
-        log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
-                  extra={"worker_id": self.worker_id, "job_id": job.id})
         task = asyncio.create_task(self._handle(job, claim_sent_at), name=f"job-{job.id}")
         self._handlers.add(task)
         self.stats.in_flight_peak = max(self.stats.in_flight_peak, self.in_flight)
@@ -233,6 +237,16 @@ class Worker:
             await asyncio.wait(unfinished)
 
     async def _handle(self, job: Job, claim_sent_at: float) -> None:
+        """Run `job`, then each job its success claimed in its place, on one permit."""
+        claimed: tuple[Job, float] | None = (job, claim_sent_at)
+        while claimed is not None:
+            claimed = await self._handle_one(*claimed)
+
+    async def _handle_one(self, job: Job, claim_sent_at: float) -> tuple[Job, float] | None:
+        """Run one claimed job to its finalize; the job its success claimed in its place, if any."""
+        self.stats.claimed += 1
+        log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
+                  extra={"worker_id": self.worker_id, "job_id": job.id})
         await self.faults.reach("after_claim_before_effect", job, self.worker_id)
         lease = LeaseKeeper(self.queue, job, self.settings.lease_seconds, renewing=self.mechanisms.leases,
                             fleet_limited=self.settings.fleet_limit is not None, on_lost=self._lease_lost,
@@ -244,10 +258,12 @@ class Worker:
             with lease.suspended():
                 await self.faults.reach("after_effect_before_finalize", job, self.worker_id)
             lease.finalizing()
-            if not await self._finalize(job, outcome):
+            won, successor = await self._finalize(job, outcome)
+            if not won:
                 lease.refused()
                 if lease.ran_out_unrenewed:
                     self.stats.ran_out_unrenewed.append(str(job.id))
+        return successor
 
     def _lease_lost(self) -> None:
         self.stats.lost_renewals += 1
@@ -263,15 +279,49 @@ class Worker:
             self.stats.handler_calls += 1
             self.stats.handler_seconds_total += time.perf_counter() - started
 
-    async def _succeed_group(self, jobs: list[Job]) -> list[bool]:
+    async def _succeed_group(self, group: list[tuple[Job, bool]]) -> list[tuple[bool, Job | None]]:
+        """Each (job, whether it hands its permit over): whether its success won, and the job claimed in its
+        place. Nothing is claimed once the worker is stopping."""
         self.stats.success_commits += 1
-        return await self.queue.succeed_many(jobs)
+        jobs = [job for job, _ in group]
+        handing_over = 0 if self._stopping.is_set() else sum(hands_over for _, hands_over in group)
+        if not handing_over:
+            return [(won, None) for won in await self.queue.succeed_many(jobs)]
+        try:
+            won, claimed = await self.queue.succeed_and_claim(jobs, handing_over, self.worker_id,
+                                                              self.settings.lease_seconds)
+        except (psycopg.Error, PoolTimeout) as error:
+            reraise_if_cancelled()
+            won, claimed = await self._what_the_commit_did(jobs, error)
+        successors = iter(claimed)
+        return [(claim_won, next(successors, None) if hands_over else None)
+                for (_, hands_over), claim_won in zip(group, won, strict=True)]
 
-    async def _finalize(self, job: Job, outcome: Outcome) -> bool:
-        """Finalize `job` as `outcome` classifies it; whether this claim's finalize won."""
+    async def _what_the_commit_did(self, jobs: list[Job], error: Exception) -> tuple[list[bool], list[Job]]:
+        """A success-and-claim commit failed, or its answer was lost. If it committed (its successes are on
+        record: all or none), the jobs it claimed are this worker's and nobody else will run them before
+        their lease runs out: find them. Otherwise, or when the database cannot say, `error` is raised and
+        each success is tried again as any failed finalize is."""
+        try:
+            recorded = [await self.queue.finalize_recorded(job) for job in jobs]
+            committed = all(record is not None for record in recorded)
+            claimed = await self.queue.claimed_with_success(jobs[0], self.worker_id) if committed else []
+        except (psycopg.Error, PoolTimeout):
+            reraise_if_cancelled()
+            raise error from None
+        if not committed:
+            raise error
+        log.warning("worker %s could not finalize %d job(s) and claim the next: %s; the commit is on record, "
+                    "with %d job(s) claimed", self.worker_id, len(jobs), error, len(claimed),
+                    extra={"worker_id": self.worker_id})
+        return [won for _, won in recorded], claimed
+
+    async def _finalize(self, job: Job, outcome: Outcome) -> tuple[bool, tuple[Job, float] | None]:
+        """Finalize `job` as `outcome` classifies it: whether this claim's finalize won, and the job its
+        success claimed in its place (with when that claim was sent), if any."""
         started = time.perf_counter()
         try:
-            operation, won = await self._finalize_with_retries(job, outcome)
+            operation, won, successor = await self._finalize_with_retries(job, outcome)
         finally:
             self.stats.finalize_calls += 1
             self.stats.finalize_seconds_total += time.perf_counter() - started
@@ -284,21 +334,22 @@ class Worker:
             self.stats.lost_finalizes += 1
             log.warning("worker %s: finalize (%s) of job %s refused: its lease was lost",
                         self.worker_id, operation, job.id, extra={"worker_id": self.worker_id, "job_id": job.id})
-        return won
+        return won, successor
 
-    async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
-        """(operation, won). A database hiccup must not strand the job until its lease expires (or turn a
-        committed charge into a DEAD job on the last attempt), so a failed finalize is tried again. The
-        failure may have hidden a COMMIT that succeeded (its answer lost): before trying again, read what
-        this claim's record says, or the fence would refuse the retry and report a win as a loss."""
+    async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool, tuple[Job, float] | None]:
+        """(operation, won, successor). A database hiccup must not strand the job until its lease expires (or
+        turn a committed charge into a DEAD job on the last attempt), so a failed finalize is tried again.
+        The failure may have hidden a COMMIT that succeeded (its answer lost): before trying again, read what
+        this claim's record says, or the fence would refuse the retry and report a win as a loss. A retry
+        claims nothing in its commit: a claim that keeps failing must not keep a success from committing."""
         tries = 0
         while True:
             try:
                 if tries:
                     recorded = await self.queue.finalize_recorded(job)
                     if recorded is not None:
-                        return recorded
-                return await self._finalize_as_classified(job, outcome)
+                        return *recorded, None
+                return await self._finalize_as_classified(job, outcome, hand_over=not tries)
             except (psycopg.Error, PoolTimeout) as error:
                 reraise_if_cancelled()
                 tries += 1
@@ -308,21 +359,25 @@ class Worker:
                             extra={"worker_id": self.worker_id, "job_id": job.id})
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
-    async def _finalize_as_classified(self, job: Job, outcome: Outcome) -> tuple[str, bool]:
+    async def _finalize_as_classified(self, job: Job, outcome: Outcome,
+                                      hand_over: bool) -> tuple[str, bool, tuple[Job, float] | None]:
         # With DEAD off nothing is ever given up on, and the decision (a learner's, in the lab) is not asked:
         # a piece is in play only with its mechanism on.
         decision = (self.decide(outcome.kind, job.attempts, job.max_attempts) if self.mechanisms.dead
                     else "succeed" if outcome.kind == "ok" else "retry")
         if decision == "succeed":
-            return "succeed", await self.successes.submit(job)
+            # Sent no earlier than now: the successor's lease is counted from here, on the safe side.
+            claim_sent_at = asyncio.get_running_loop().time()
+            won, successor = await self.successes.submit((job, hand_over and self._hands_over))
+            return "succeed", won, (successor, claim_sent_at) if successor is not None else None
         if decision == "dead":
             error = (f"permanent failure: {outcome.detail}" if outcome.kind == "permanent" else
                      f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}")
-            return "dead", await self.queue.dead(job, error)
+            return "dead", await self.queue.dead(job, error), None
         delay = 0.0
         if self.mechanisms.backoff:  # backing off includes waiting as long as the dependency asked
             delay = max(self.backoff.delay(job.attempts, str(job.id)), outcome.retry_after_seconds or 0.0)
-        return "retry", await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}")
+        return "retry", await self.queue.retry(job, delay, f"{outcome.kind}: {outcome.detail}"), None
 
 
 # The counter a won finalize adds to.

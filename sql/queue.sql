@@ -473,6 +473,15 @@ SELECT CASE WHEN outcome IN ('succeeded', 'lost_succeed') THEN 'succeed'
        outcome IN ('succeeded', 'retried', 'dead') AS won
 FROM job_attempts WHERE lease_token = %(lease_token)s;
 
+-- name: job_claimed_with_success
+-- The jobs still leased to `worker_id` that the commit which finalized `job_id` claimed (a success and
+-- the next claim commit together: queue.succeed_and_claim). Rows one transaction wrote share its xmin;
+-- a finalized job is not written again, nor is a claim nobody runs. For a worker that lost the answer.
+SELECT claimed.* FROM jobs AS claimed, jobs AS finalized
+WHERE finalized.id = %(job_id)s
+  AND claimed.status = 'RUNNING' AND claimed.worker_id = %(worker_id)s
+  AND claimed.xmin = finalized.xmin AND claimed.id <> finalized.id;
+
 -- name: job_prune_finalized
 -- Retention: delete up to `batch` jobs of `statuses` (SUCCEEDED; DEAD only when an operator asks)
 -- finalized more than `older_than_seconds` ago, oldest first; their attempts, events and submission keys

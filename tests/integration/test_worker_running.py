@@ -13,8 +13,12 @@ import pytest
 from reliableq.charge.service import ChargeFaults
 from reliableq.config import Mechanisms
 from reliableq.handlers import JobContext, Outcome
+from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
+from reliableq.lab.waiting import wait_until
 from reliableq.payload import Submission
+from reliableq.permits import Permits
+from reliableq.worker import Worker
 from tests.conftest import recording_handlers
 from tests.integration.ledger_counts import abhcf, counts_by_job, only_counts
 
@@ -43,9 +47,75 @@ async def test_successes_finishing_together_share_a_commit(databases):
             await system.submit_http(amount)
         worker = system.worker(fast_settings(concurrency=4))
         jobs = await system.queue.claim(6, worker.worker_id, 30)
-        assert await asyncio.gather(*(worker.successes.submit(job) for job in jobs)) == [True] * 6
+        finalized = await asyncio.gather(*(worker.successes.submit((job, False)) for job in jobs))
+        assert finalized == [(True, None)] * 6
         assert worker.stats.success_commits == 2
         assert (await system.queue.counts())["SUCCEEDED"] == 6
+
+
+async def test_a_success_hands_its_permit_to_a_job_claimed_in_its_commit(databases):
+    """One permit, twelve jobs: after the first claim each success claims the next job in its own commit,
+    so the worker's claims are the first and the one that finds the queue empty; every job runs once. With
+    permits given from outside (a learner's, in the lab) each job is claimed after asking them."""
+    noop = Submission({}, kind="noop")
+    async with local_system(databases=databases) as system:
+        for _ in range(12):
+            await system.submit_direct(noop)
+        # No polls: a claim is made only when a permit is free.
+        chained = system.worker(fast_settings(concurrency=1, wake_on_submit=False, poll_seconds=60))
+        system.start_worker(chained)
+        await system.wait_settled(timeout=20)
+        (chained_stats,) = await system.stop_workers()
+        assert (chained_stats.claimed, chained_stats.succeeded, chained_stats.success_commits) == (12, 12, 12)
+        assert chained_stats.claim_calls == 2 and chained_stats.in_flight_peak == 1
+        assert [c.attempts for c in await system.counts()] == [1] * 12
+
+        for _ in range(12):
+            await system.submit_direct(noop)
+        made = system.worker(fast_settings(concurrency=1, wake_on_submit=False, poll_seconds=60))
+        asked = Worker(made.queue, made.handlers, made.settings, permits=Permits(1))
+        system.start_worker(asked)
+        await system.wait_settled(timeout=20)
+        (asked_stats,) = await system.stop_workers()
+        assert (asked_stats.succeeded, asked_stats.claim_calls) == (12, 13)
+
+
+async def test_a_stopping_worker_claims_nothing_in_its_last_commit(databases):
+    """Asked to stop while its job runs, a worker finishes that job and leaves the next one PENDING."""
+    async with local_system(databases=databases) as system:
+        first = await system.submit_direct(Submission({}, kind="noop"))
+        second = await system.submit_direct(Submission({}, kind="noop"))
+        finish = asyncio.Event()
+        faults = FaultPlan()
+        faults.arm_pause("after_effect_before_finalize", until=finish)
+        worker = system.worker(fast_settings(concurrency=1, wake_on_submit=False), faults)
+        system.start_worker(worker)
+        await wait_until(lambda: faults.pauses_in_progress == 1, 10, "the first job paused")
+        worker.request_stop()
+        finish.set()
+        (stats,) = await system.stop_workers()
+        assert stats.succeeded == 1
+        assert {(await system.queue.get(job.id)).status for job in (first, second)} == {"SUCCEEDED", "PENDING"}
+
+
+async def test_a_lost_answer_to_a_success_and_claim_still_runs_the_job_it_claimed(databases, caplog):
+    """The commit that finalized one job and claimed the next committed, but its answer was lost: the
+    worker reads what it committed and runs the claimed job at once, not after its lease runs out."""
+    async with local_system(databases=databases) as system:
+        first = await system.submit_direct(Submission({}, kind="noop"))
+        second = await system.submit_direct(Submission({}, kind="noop"))
+        faults = FaultPlan()
+        faults.arm_lost_answer(job_filter=lambda job: job.id == first.id)
+        # A lease far longer than the test's deadline: the claimed job can only finish if it is found.
+        worker = system.worker(fast_settings(concurrency=1, wake_on_submit=False, lease_seconds=60, poll_seconds=60),
+                               faults)
+        system.start_worker(worker)
+        await system.wait_settled(timeout=20)
+        (stats,) = await system.stop_workers()
+        assert [t.action for t in faults.triggered] == ["lose_answer"]
+        assert [(await system.queue.get(job.id)).attempts for job in (first, second)] == [1, 1]
+        assert (stats.succeeded, stats.lost_finalizes, stats.claim_calls) == (2, 0, 2)
+    assert "answer was lost; the commit is on record, with 1 job(s) claimed" in caplog.text
 
 
 async def test_jobs_are_handled_by_kind(databases):

@@ -324,6 +324,31 @@ async def test_grouped_successes_are_fenced_one_by_one(make_queue, submission):
     assert {(await queue.get(j.id)).status for j in (current, other)} == {"RUNNING"}
 
 
+async def test_a_success_and_the_next_claim_commit_together(make_queue, submission, databases):
+    """succeed_and_claim finalizes and claims in one commit: the claimed jobs are leased like any claim's,
+    the commit that claimed them can be found again, and a claim that fails takes the success with it."""
+    queue = make_queue()
+    for _ in range(4):
+        await queue.submit(submission())
+    (first,) = await queue.claim(1, "w", LEASE)
+    won, claimed = await queue.succeed_and_claim([first], 2, "w", LEASE)
+    assert won == [True] and len(claimed) == 2 and first.id not in {job.id for job in claimed}
+    assert all(job.status == "RUNNING" and job.attempts == 1 and job.worker_id == "w" for job in claimed)
+    assert (await queue.get(first.id)).status == "SUCCEEDED"
+    (by_itself,) = await queue.claim(1, "w", LEASE)
+    found = await queue.claimed_with_success(first, "w")
+    assert sorted(job.id for job in found) == sorted(job.id for job in claimed)  # not the one claimed alone
+    assert await queue.claimed_with_success(first, "another worker") == []
+
+    with pytest.raises(psycopg.errors.DatetimeFieldOverflow):  # a lease no interval holds: the claim fails
+        await queue.succeed_and_claim([by_itself], 1, "w", 1e300)
+    assert (await queue.get(by_itself.id)).status == "RUNNING"
+    assert (await queue.counts())["PENDING"] == 0 and (await queue.counts())["SUCCEEDED"] == 1
+
+    with pytest.raises(ValueError, match="skip_locked"):
+        await make_queue(Mechanisms().with_flags(skip_locked=False)).succeed_and_claim([by_itself], 1, "w", LEASE)
+
+
 async def test_a_finalize_is_planned_once_per_connection(databases, submission):
     """PostgreSQL keeps job_succeed's generic plan after its first few runs, rather than planning each
     finalize afresh (a third of its time: sql/migrations/queue/0008)."""
