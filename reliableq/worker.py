@@ -43,6 +43,7 @@ log = logging.getLogger("reliableq.worker")
 FINALIZE_TRIES = 4  # a finalize that meets a database error is tried again, 0.1 s, 0.2 s, 0.4 s later
 FINALIZE_RETRY_SECONDS = 0.1
 _worker_numbers = itertools.count(1)
+Claimed = tuple[Job, float]  # a job this worker claimed, and when (loop time) that claim was sent
 
 
 @dataclass
@@ -238,11 +239,11 @@ class Worker:
 
     async def _handle(self, job: Job, claim_sent_at: float) -> None:
         """Run `job`, then each job its success claimed in its place, on one permit."""
-        claimed: tuple[Job, float] | None = (job, claim_sent_at)
+        claimed: Claimed | None = (job, claim_sent_at)
         while claimed is not None:
             claimed = await self._handle_one(*claimed)
 
-    async def _handle_one(self, job: Job, claim_sent_at: float) -> tuple[Job, float] | None:
+    async def _handle_one(self, job: Job, claim_sent_at: float) -> Claimed | None:
         """Run one claimed job to its finalize; the job its success claimed in its place, if any."""
         self.stats.claimed += 1
         log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
@@ -316,7 +317,7 @@ class Worker:
                     extra={"worker_id": self.worker_id})
         return [won for _, won in recorded], claimed
 
-    async def _finalize(self, job: Job, outcome: Outcome) -> tuple[bool, tuple[Job, float] | None]:
+    async def _finalize(self, job: Job, outcome: Outcome) -> tuple[bool, Claimed | None]:
         """Finalize `job` as `outcome` classifies it: whether this claim's finalize won, and the job its
         success claimed in its place (with when that claim was sent), if any."""
         started = time.perf_counter()
@@ -336,7 +337,7 @@ class Worker:
                         self.worker_id, operation, job.id, extra={"worker_id": self.worker_id, "job_id": job.id})
         return won, successor
 
-    async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool, tuple[Job, float] | None]:
+    async def _finalize_with_retries(self, job: Job, outcome: Outcome) -> tuple[str, bool, Claimed | None]:
         """(operation, won, successor). A database hiccup must not strand the job until its lease expires (or
         turn a committed charge into a DEAD job on the last attempt), so a failed finalize is tried again.
         The failure may have hidden a COMMIT that succeeded (its answer lost): before trying again, read what
@@ -360,7 +361,7 @@ class Worker:
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
     async def _finalize_as_classified(self, job: Job, outcome: Outcome,
-                                      hand_over: bool) -> tuple[str, bool, tuple[Job, float] | None]:
+                                      hand_over: bool) -> tuple[str, bool, Claimed | None]:
         # With DEAD off nothing is ever given up on, and the decision (a learner's, in the lab) is not asked:
         # a piece is in play only with its mechanism on.
         decision = (self.decide(outcome.kind, job.attempts, job.max_attempts) if self.mechanisms.dead
