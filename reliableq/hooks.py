@@ -17,7 +17,7 @@ POINTS = {
     "after_claim_before_effect": "worker: a job claimed, its effect not started",
     "during_effect": "worker: inside the job's effect (a slow dependency)",
     "after_effect_before_finalize": "worker: the effect done, its finalize not sent",
-    "before_group_commit": "queue: a group of successes about to be committed",
+    "before_group_commit": "worker: a group of successes about to be committed",
     "during_finalize": "queue: a finalize's update sent, its transaction not committed",
     "after_finalize_commit": "queue: a finalize committed, its answer not yet heard",
     "during_renewal": "queue: a lease renewal's update sent, its transaction not committed",

@@ -78,6 +78,8 @@ class MeteredStats(WorkerStats):
 # WorkerStats field → (counter name, help). The counters are the stats themselves, read at scrape time.
 _WORKER_COUNTERS = {
     "claimed": ("reliableq_worker_jobs_claimed", "Jobs this worker claimed"),
+    "claimed_with_a_success": ("reliableq_worker_jobs_claimed_with_a_success",
+                               "Jobs claimed in the commit of a success whose permit they took"),
     "succeeded": ("reliableq_worker_jobs_succeeded", "Jobs this worker finalized as SUCCEEDED"),
     "retried": ("reliableq_worker_jobs_retried", "Jobs this worker sent back to PENDING for another attempt"),
     "dead": ("reliableq_worker_jobs_dead", "Jobs this worker finalized as DEAD"),

@@ -2,8 +2,10 @@
 
 `limit` permits; a claim of n jobs takes n, and each of those jobs gives its permit back when its handler
 is done (finished, crashed or cut off at shutdown). With the semaphore on, the worker asks before each
-claim and claims at most that many, so it never holds more than `limit` jobs. What this does not bound:
-the other workers (a fleet limit does, in PostgreSQL) or how often requests are sent.
+claim and claims at most that many, so it never holds more than `limit` jobs. With its own Permits (not
+a learner's), a worker's success may also pass its permit straight to one job claimed in the same commit:
+the permit is then held on, by one job after the other, never by two. What this does not bound: the
+other workers (a fleet limit does, in PostgreSQL) or how often requests are sent.
 """
 
 from __future__ import annotations

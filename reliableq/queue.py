@@ -141,6 +141,7 @@ class Queue:
         if unknown:
             raise ValueError(f"no query named {', '.join(sorted(unknown))} in queue.sql")
         self.queries = {**_Q, **(replaced_queries or {})}
+        self.replaced_queries = frozenset(replaced_queries or ())
         self._next_sweep = 0.0  # time.monotonic() of the next claim that sweeps
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -356,33 +357,35 @@ class Queue:
         return await self._succeed(jobs, self._claim_params(limit, worker_id, lease_seconds, None))
 
     async def _succeed(self, jobs: Sequence[Job], claim: dict[str, Any] | None) -> tuple[list[bool], list[Job]]:
-        for job in jobs:
-            await self.faults.reach("before_group_commit", job, job.worker_id or "")
         async with self.pool.connection() as conn:
             async with self._transaction_for_faults(conn):
-                succeeded, claimed = conn.cursor(), conn.cursor(row_factory=dict_row)
-                # In a pipeline the statements travel together and, outside a transaction, commit together
-                # at its end (one implicit transaction up to the pipeline's one sync).
-                async with conn.pipeline() if claim is not None else nullcontext():
+                succeeded = conn.cursor()
+                # In a pipeline both statements travel at once and, outside a transaction, commit together
+                # at its end (one implicit transaction up to its one sync). Under the lab's fault plans the
+                # finalize's fault point comes first, between the statements: no fault interrupts a claim.
+                piped = claim is not None and not self.faults.stops_inside_transactions
+                async with conn.pipeline() if piped else nullcontext():
                     await succeeded.execute(self.queries["job_succeed"], {
                         "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
                         "fenced": self.mechanisms.fencing})
+                    for job in jobs:
+                        # A crash here leaves the update uncommitted: rolled back, as if never sent.
+                        await self.faults.reach("during_finalize", job, job.worker_id or "")
                     if claim is not None:
                         await self._sweep_if_due(conn, claim)
-                        await claimed.execute(self.queries[self._claim_query], claim)
-                won = [bool(claim_won) for (claim_won,) in await succeeded.fetchall()]
+                        claimed = await conn.cursor(row_factory=dict_row).execute(
+                            self.queries[self._claim_query], claim)
+                won = [bool(finalize_won) for (finalize_won,) in await succeeded.fetchall()]
                 rows = await claimed.fetchall() if claim is not None else []
-                for job in jobs:
-                    await self.faults.reach("during_finalize", job, job.worker_id or "")
         for job in jobs:
             await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
         return won, [Job.from_row(row) for row in rows]
 
     async def claimed_with_success(self, job: Job, worker_id: str) -> list[Job]:
-        """The jobs still leased to `worker_id` that the commit which finalized `job` claimed: what
-        succeed_and_claim took, for a worker that never heard its answer."""
-        return [Job.from_row(row) for row in
-                await self._fetch("job_claimed_with_success", {"job_id": job.id, "worker_id": worker_id})]
+        """The jobs still leased to `worker_id` that the commit which finalized `job` (won or lost) claimed:
+        what succeed_and_claim took, for a worker that never heard its answer."""
+        return [Job.from_row(row) for row in await self._fetch(
+            "job_claimed_with_success", {"lease_token": job.lease_token, "worker_id": worker_id})]
 
     async def finalize_recorded(self, job: Job) -> tuple[str, bool] | None:
         """What a finalize of this claim already committed: (operation, whether it won), or None when

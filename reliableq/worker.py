@@ -49,6 +49,7 @@ Claimed = tuple[Job, float]  # a job this worker claimed, and when (loop time) t
 @dataclass
 class WorkerStats:
     claimed: int = 0
+    claimed_with_a_success: int = 0  # of those, claimed in the commit of a success whose permit they took
     succeeded: int = 0
     retried: int = 0
     dead: int = 0
@@ -99,9 +100,12 @@ class Worker:
                         else Unlimited(settings.unbounded_claim_limit))
         # A success hands its permit straight to a job claimed in its own commit (one commit a job where a
         # claim and a success took one each), so the permits see one job where a chain of them ran. Not with
-        # permits given from outside: a learner's are asked before every claim, as the lab tells them.
-        self._hands_over = (permits is None and self.mechanisms.semaphore and self.mechanisms.skip_locked
-                            and settings.fleet_limit is None)
+        # a learner's pieces in play (permits, SQL): they are driven exactly as the lab describes, a claim
+        # after asking the permits, each statement on its own.
+        self._successes_claim = (permits is None and not queue.replaced_queries and self.mechanisms.semaphore
+                                 and self.mechanisms.skip_locked and settings.fleet_limit is None)
+        # One claim at a time, the loop's or a success's: what the lab's fairness ledger reads claims by.
+        self._claiming = asyncio.Lock()
         self._stalled = False
         self.stats = stats or WorkerStats()
         self._handlers: set[asyncio.Task] = set()
@@ -143,10 +147,12 @@ class Worker:
                 limit = self.permits.free()
                 self._stalled = limit <= 0 and self.in_flight == 0
                 claim_sent_at = asyncio.get_running_loop().time()
-                answer = await self._claim(limit)
+                async with self._claiming:
+                    answer = await self._claim(limit)
                 jobs = answer or []
                 if jobs:
                     self.permits.taken(len(jobs))
+                self._count_claimed(jobs)
                 for job in jobs:
                     self._start(job, claim_sent_at)
                 # Only after an answered claim: in an outage a mark would wait out the pool's timeout too.
@@ -192,6 +198,12 @@ class Worker:
         finally:
             self.stats.claim_calls += 1
             self.stats.claim_seconds_total += time.perf_counter() - started
+
+    def _count_claimed(self, jobs: list[Job]) -> None:
+        self.stats.claimed += len(jobs)
+        for job in jobs:
+            log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
+                      extra={"worker_id": self.worker_id, "job_id": job.id})
 
     def _start(self, job: Job, claim_sent_at: float) -> None:
         task = asyncio.create_task(self._handle(job, claim_sent_at), name=f"job-{job.id}")
@@ -245,9 +257,6 @@ class Worker:
 
     async def _handle_one(self, job: Job, claim_sent_at: float) -> Claimed | None:
         """Run one claimed job to its finalize; the job its success claimed in its place, if any."""
-        self.stats.claimed += 1
-        log.debug("worker %s claimed job %s (attempt %d)", self.worker_id, job.id, job.attempts,
-                  extra={"worker_id": self.worker_id, "job_id": job.id})
         await self.faults.reach("after_claim_before_effect", job, self.worker_id)
         lease = LeaseKeeper(self.queue, job, self.settings.lease_seconds, renewing=self.mechanisms.leases,
                             fleet_limited=self.settings.fleet_limit is not None, on_lost=self._lease_lost,
@@ -280,23 +289,35 @@ class Worker:
             self.stats.handler_calls += 1
             self.stats.handler_seconds_total += time.perf_counter() - started
 
-    async def _succeed_group(self, group: list[tuple[Job, bool]]) -> list[tuple[bool, Job | None]]:
-        """Each (job, whether it hands its permit over): whether its success won, and the job claimed in its
-        place. Nothing is claimed once the worker is stopping."""
+    async def _succeed_group(self, group: list[tuple[Job, bool]]) -> list[tuple[bool, Claimed | None]]:
+        """Each (job, whether its permit may pass to a job claimed in the same commit): whether its success
+        won, and the job claimed in its place."""
         self.stats.success_commits += 1
         jobs = [job for job, _ in group]
-        handing_over = 0 if self._stopping.is_set() else sum(hands_over for _, hands_over in group)
-        if not handing_over:
+        for job in jobs:
+            await self.faults.reach("before_group_commit", job, self.worker_id)
+        # Asked after the fault point: a group held back there claims nothing for a worker told to stop
+        # meanwhile. A success does not wait for the loop's claim: its permit goes back to the loop instead.
+        permits_passing = (0 if self._stopping.is_set() or self._claiming.locked()
+                           else sum(passes for _, passes in group))
+        if not permits_passing:
             return [(won, None) for won in await self.queue.succeed_many(jobs)]
-        try:
-            won, claimed = await self.queue.succeed_and_claim(jobs, handing_over, self.worker_id,
-                                                              self.settings.lease_seconds)
-        except (psycopg.Error, PoolTimeout) as error:
-            reraise_if_cancelled()
-            won, claimed = await self._what_the_commit_did(jobs, error)
-        successors = iter(claimed)
-        return [(claim_won, next(successors, None) if hands_over else None)
-                for (_, hands_over), claim_won in zip(group, won, strict=True)]
+        async with self._claiming:
+            claim_sent_at = asyncio.get_running_loop().time()
+            try:
+                won, claimed = await self.queue.succeed_and_claim(jobs, permits_passing, self.worker_id,
+                                                                  self.settings.lease_seconds)
+            except (psycopg.Error, PoolTimeout) as error:
+                reraise_if_cancelled()
+                won, claimed = await self._what_the_commit_did(jobs, error)
+        self._count_claimed(claimed)
+        self.stats.claimed_with_a_success += len(claimed)
+        successors = iter(claimed)  # no more than the permits passing: the claim's limit
+        finalized = []
+        for (_, passes), finalize_won in zip(group, won, strict=True):
+            successor = next(successors, None) if passes else None
+            finalized.append((finalize_won, None if successor is None else (successor, claim_sent_at)))
+        return finalized
 
     async def _what_the_commit_did(self, jobs: list[Job], error: Exception) -> tuple[list[bool], list[Job]]:
         """A success-and-claim commit failed, or its answer was lost. If it committed (its successes are on
@@ -315,7 +336,7 @@ class Worker:
         log.warning("worker %s could not finalize %d job(s) and claim the next: %s; the commit is on record, "
                     "with %d job(s) claimed", self.worker_id, len(jobs), error, len(claimed),
                     extra={"worker_id": self.worker_id})
-        return [won for _, won in recorded], claimed
+        return [finalize_won for _, finalize_won in recorded], claimed
 
     async def _finalize(self, job: Job, outcome: Outcome) -> tuple[bool, Claimed | None]:
         """Finalize `job` as `outcome` classifies it: whether this claim's finalize won, and the job its
@@ -350,7 +371,7 @@ class Worker:
                     recorded = await self.queue.finalize_recorded(job)
                     if recorded is not None:
                         return *recorded, None
-                return await self._finalize_as_classified(job, outcome, hand_over=not tries)
+                return await self._finalize_as_classified(job, outcome, first_try=not tries)
             except (psycopg.Error, PoolTimeout) as error:
                 reraise_if_cancelled()
                 tries += 1
@@ -361,16 +382,14 @@ class Worker:
                 await asyncio.sleep(FINALIZE_RETRY_SECONDS * 2 ** (tries - 1))
 
     async def _finalize_as_classified(self, job: Job, outcome: Outcome,
-                                      hand_over: bool) -> tuple[str, bool, Claimed | None]:
+                                      first_try: bool) -> tuple[str, bool, Claimed | None]:
         # With DEAD off nothing is ever given up on, and the decision (a learner's, in the lab) is not asked:
         # a piece is in play only with its mechanism on.
         decision = (self.decide(outcome.kind, job.attempts, job.max_attempts) if self.mechanisms.dead
                     else "succeed" if outcome.kind == "ok" else "retry")
         if decision == "succeed":
-            # Sent no earlier than now: the successor's lease is counted from here, on the safe side.
-            claim_sent_at = asyncio.get_running_loop().time()
-            won, successor = await self.successes.submit((job, hand_over and self._hands_over))
-            return "succeed", won, (successor, claim_sent_at) if successor is not None else None
+            won, successor = await self.successes.submit((job, first_try and self._successes_claim))
+            return "succeed", won, successor
         if decision == "dead":
             error = (f"permanent failure: {outcome.detail}" if outcome.kind == "permanent" else
                      f"gave up after {job.attempts} attempts; last: {outcome.kind}: {outcome.detail}")

@@ -474,13 +474,16 @@ SELECT CASE WHEN outcome IN ('succeeded', 'lost_succeed') THEN 'succeed'
 FROM job_attempts WHERE lease_token = %(lease_token)s;
 
 -- name: job_claimed_with_success
--- The jobs still leased to `worker_id` that the commit which finalized `job_id` claimed (a success and
--- the next claim commit together: queue.succeed_and_claim). Rows one transaction wrote share its xmin;
--- a finalized job is not written again, nor is a claim nobody runs. For a worker that lost the answer.
-SELECT claimed.* FROM jobs AS claimed, jobs AS finalized
-WHERE finalized.id = %(job_id)s
-  AND claimed.status = 'RUNNING' AND claimed.worker_id = %(worker_id)s
-  AND claimed.xmin = finalized.xmin AND claimed.id <> finalized.id;
+-- The jobs still leased to `worker_id` that the commit which finalized the claim `lease_token` made (a
+-- success and the next claim commit together: queue.succeed_and_claim). Rows one transaction wrote share
+-- its xmin: the finalize writes its attempt's row whether it won or lost (the job's row only if it won),
+-- and each claim opens an attempt's row; neither is written again before the worker that lost the answer
+-- asks (nobody renews a claim nobody runs).
+SELECT claimed.* FROM job_attempts AS finalized, job_attempts AS opened
+JOIN jobs AS claimed ON claimed.lease_token = opened.lease_token
+WHERE finalized.lease_token = %(lease_token)s
+  AND opened.xmin = finalized.xmin AND opened.lease_token <> finalized.lease_token
+  AND claimed.status = 'RUNNING' AND claimed.worker_id = %(worker_id)s;
 
 -- name: job_prune_finalized
 -- Retention: delete up to `batch` jobs of `statuses` (SUCCEEDED; DEAD only when an operator asks)

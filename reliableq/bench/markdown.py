@@ -264,8 +264,11 @@ def where_time_goes(result: BenchResult) -> list[str]:
         m = r.metrics
         per_claim = m["jobs_per_claim"] or 1
         busy_ms = m["claim_mean_ms"] / per_claim + (m["charge_mean_ms"] or 0) + (m["finalize_mean_ms"] or 0)
+        handed_over = m.get("claimed_with_a_success")
         lines.append(f"- {r.scenario} {r.point}: per job {busy_ms:.2f} ms of awaited work = claim "
-                     f"{m['claim_mean_ms']:.2f} ms / {per_claim:.1f} jobs per claim + effect "
+                     f"{m['claim_mean_ms']:.2f} ms / {per_claim:.1f} jobs per claim"
+                     + (f" ({handed_over:,} jobs claimed in the finalize's commit of the job before)"
+                        if handed_over else "") + " + effect "
                      f"{m['charge_mean_ms'] or 0:.2f} ms + finalize {m['finalize_mean_ms'] or 0:.2f} ms "
                      f"({m.get('jobs_per_success_commit') or 1:.1f} jobs per commit); pool wait "
                      f"{m['pool_wait_mean_ms'] or 0:.2f} ms per connection request "

@@ -162,6 +162,7 @@ def worker_time_metrics(stats: list[dict[str, Any]], jobs: int | None = None) ->
         "charge_mean_ms": 1000 * total("handler_seconds_total") / handled if handled else None,
         "finalize_mean_ms": 1000 * total("finalize_seconds_total") / finalizes if finalizes else None,
         "jobs_per_claim": total("claimed") / claims if claims else None,
+        "claimed_with_a_success": total("claimed_with_a_success"),
         "jobs_per_success_commit": total("succeeded") / total("success_commits") if total("success_commits") else None,
         "claim_calls": claims,
         "pool_requests": pool_requests,

@@ -54,9 +54,9 @@ async def test_successes_finishing_together_share_a_commit(databases):
 
 
 async def test_a_success_hands_its_permit_to_a_job_claimed_in_its_commit(databases):
-    """One permit, twelve jobs: after the first claim each success claims the next job in its own commit,
-    so the worker's claims are the first and the one that finds the queue empty; every job runs once. With
-    permits given from outside (a learner's, in the lab) each job is claimed after asking them."""
+    """One permit, twelve jobs: after the loop's first claim each success claims the next job in its own
+    commit; every job runs once. With permits given from outside (a learner's, in the lab) the loop claims
+    each job, after asking them."""
     noop = Submission({}, kind="noop")
     async with local_system(databases=databases) as system:
         for _ in range(12):
@@ -67,7 +67,9 @@ async def test_a_success_hands_its_permit_to_a_job_claimed_in_its_commit(databas
         await system.wait_settled(timeout=20)
         (chained_stats,) = await system.stop_workers()
         assert (chained_stats.claimed, chained_stats.succeeded, chained_stats.success_commits) == (12, 12, 12)
-        assert chained_stats.claim_calls == 2 and chained_stats.in_flight_peak == 1
+        # The loop's claims: the first, and perhaps (if it came before the stop) one that found nothing.
+        assert chained_stats.claim_calls <= 2
+        assert (chained_stats.claimed_with_a_success, chained_stats.in_flight_peak) == (11, 1)
         assert [c.attempts for c in await system.counts()] == [1] * 12
 
         for _ in range(12):
@@ -77,17 +79,19 @@ async def test_a_success_hands_its_permit_to_a_job_claimed_in_its_commit(databas
         system.start_worker(asked)
         await system.wait_settled(timeout=20)
         (asked_stats,) = await system.stop_workers()
-        assert (asked_stats.succeeded, asked_stats.claim_calls) == (12, 13)
+        assert (asked_stats.succeeded, asked_stats.claimed_with_a_success) == (12, 0)
+        assert asked_stats.claim_calls >= 12
 
 
 async def test_a_stopping_worker_claims_nothing_in_its_last_commit(databases):
-    """Asked to stop while its job runs, a worker finishes that job and leaves the next one PENDING."""
+    """Asked to stop while its success waits to be committed, a worker commits it and claims nothing: the
+    next job stays PENDING."""
     async with local_system(databases=databases) as system:
         first = await system.submit_direct(Submission({}, kind="noop"))
         second = await system.submit_direct(Submission({}, kind="noop"))
         finish = asyncio.Event()
         faults = FaultPlan()
-        faults.arm_pause("after_effect_before_finalize", until=finish)
+        faults.arm_pause("before_group_commit", until=finish)
         worker = system.worker(fast_settings(concurrency=1, wake_on_submit=False), faults)
         system.start_worker(worker)
         await wait_until(lambda: faults.pauses_in_progress == 1, 10, "the first job paused")
@@ -114,7 +118,7 @@ async def test_a_lost_answer_to_a_success_and_claim_still_runs_the_job_it_claime
         (stats,) = await system.stop_workers()
         assert [t.action for t in faults.triggered] == ["lose_answer"]
         assert [(await system.queue.get(job.id)).attempts for job in (first, second)] == [1, 1]
-        assert (stats.succeeded, stats.lost_finalizes, stats.claim_calls) == (2, 0, 2)
+        assert (stats.succeeded, stats.lost_finalizes, stats.claimed_with_a_success) == (2, 0, 1)
     assert "answer was lost; the commit is on record, with 1 job(s) claimed" in caplog.text
 
 

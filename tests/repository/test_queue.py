@@ -349,6 +349,23 @@ async def test_a_success_and_the_next_claim_commit_together(make_queue, submissi
         await make_queue(Mechanisms().with_flags(skip_locked=False)).succeed_and_claim([by_itself], 1, "w", LEASE)
 
 
+async def test_the_jobs_a_refused_success_claimed_are_found_by_its_commit(make_queue, submission):
+    """A success refused by the fence still claims in its commit, and what it claimed is found by that
+    commit: not by the last commit that wrote the job's row (here the reclaim that took the job back with
+    another job, for the same worker)."""
+    queue = make_queue()
+    await queue.submit(submission())
+    (stale,) = await queue.claim(1, "w", lease_seconds=1)
+    await queue.submit(submission())
+    later = await queue.database_now() + timedelta(seconds=2)
+    retaken = await queue.claim(2, "w", LEASE, now=later)
+    assert stale.id in {job.id for job in retaken} and len(retaken) == 2
+    await queue.submit(submission())
+    won, claimed = await queue.succeed_and_claim([stale], 1, "w", LEASE)
+    assert won == [False] and len(claimed) == 1
+    assert [job.id for job in await queue.claimed_with_success(stale, "w")] == [claimed[0].id]
+
+
 async def test_a_finalize_is_planned_once_per_connection(databases, submission):
     """PostgreSQL keeps job_succeed's generic plan after its first few runs, rather than planning each
     finalize afresh (a third of its time: sql/migrations/queue/0008)."""
