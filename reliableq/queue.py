@@ -351,35 +351,42 @@ class Queue:
         """succeed_many, and in the same commit a claim of up to `limit` due jobs for `worker_id`, as
         claim() takes them (without a fleet limit; needs skip_locked): whether each success won, and the
         jobs claimed. One round trip and one commit where a success and the next claim took two each; a
-        failure of either rolls back both."""
+        failure of either rolls back both. Under the lab's fault plans, the claim follows the success's
+        commit instead, as a claim of its own (see _succeed)."""
         if not self.mechanisms.skip_locked:
             raise ValueError("a claim in a success's commit needs the skip_locked mechanism")
         return await self._succeed(jobs, self._claim_params(limit, worker_id, lease_seconds, None))
 
     async def _succeed(self, jobs: Sequence[Job], claim: dict[str, Any] | None) -> tuple[list[bool], list[Job]]:
+        # Outside the lab's fault plans a success and the claim after it travel in one pipeline and commit
+        # together (one implicit transaction up to its one sync). Under a plan the claim is a transaction of
+        # its own, sent after the success's commit and its fault points: no fault interrupts a claim, and the
+        # lab's timelines record it as made after the success (one transaction's now() would be its start).
+        together = claim is not None and not self.faults.stops_inside_transactions
         async with self.pool.connection() as conn:
             async with self._transaction_for_faults(conn):
                 succeeded = conn.cursor()
-                # In a pipeline both statements travel at once and, outside a transaction, commit together
-                # at its end (one implicit transaction up to its one sync). Under the lab's fault plans the
-                # finalize's fault point comes first, between the statements: no fault interrupts a claim.
-                piped = claim is not None and not self.faults.stops_inside_transactions
-                async with conn.pipeline() if piped else nullcontext():
+                async with conn.pipeline() if together else nullcontext():
                     await succeeded.execute(self.queries["job_succeed"], {
                         "job_ids": [job.id for job in jobs], "lease_tokens": [job.lease_token for job in jobs],
                         "fenced": self.mechanisms.fencing})
-                    for job in jobs:
-                        # A crash here leaves the update uncommitted: rolled back, as if never sent.
-                        await self.faults.reach("during_finalize", job, job.worker_id or "")
-                    if claim is not None:
-                        await self._sweep_if_due(conn, claim)
-                        claimed = await conn.cursor(row_factory=dict_row).execute(
-                            self.queries[self._claim_query], claim)
+                    if together:
+                        claimed = await self._send_claim(conn, claim)
                 won = [bool(finalize_won) for (finalize_won,) in await succeeded.fetchall()]
-                rows = await claimed.fetchall() if claim is not None else []
-        for job in jobs:
-            await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
+                for job in jobs:
+                    # A crash here leaves the update uncommitted: rolled back, as if never sent.
+                    await self.faults.reach("during_finalize", job, job.worker_id or "")
+            for job in jobs:
+                await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
+            if claim is not None and not together:
+                claimed = await self._send_claim(conn, claim)
+            rows = await claimed.fetchall() if claim is not None else []
         return won, [Job.from_row(row) for row in rows]
+
+    async def _send_claim(self, conn: AsyncConnection, claim: dict[str, Any]) -> Any:
+        """The claim statement (after the sweep, when one is due), sent: its cursor, to fetch from."""
+        await self._sweep_if_due(conn, claim)
+        return await conn.cursor(row_factory=dict_row).execute(self.queries[self._claim_query], claim)
 
     async def claimed_with_success(self, job: Job, worker_id: str) -> list[Job]:
         """The jobs still leased to `worker_id` that the commit which finalized `job` (won or lost) claimed:
