@@ -363,6 +363,7 @@ class Queue:
         # its own, sent after the success's commit and its fault points: no fault interrupts a claim, and the
         # lab's timelines record it as made after the success (one transaction's now() would be its start).
         together = claim is not None and not self.faults.stops_inside_transactions
+        rows: list[dict[str, Any]] = []
         async with self.pool.connection() as conn:
             async with self._transaction_for_faults(conn):
                 succeeded = conn.cursor()
@@ -373,14 +374,16 @@ class Queue:
                     if together:
                         claimed = await self._send_claim(conn, claim)
                 won = [bool(finalize_won) for (finalize_won,) in await succeeded.fetchall()]
+                if together:
+                    rows = await claimed.fetchall()
                 for job in jobs:
                     # A crash here leaves the update uncommitted: rolled back, as if never sent.
                     await self.faults.reach("during_finalize", job, job.worker_id or "")
-            for job in jobs:
-                await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
-            if claim is not None and not together:
-                claimed = await self._send_claim(conn, claim)
-            rows = await claimed.fetchall() if claim is not None else []
+        for job in jobs:
+            await self.faults.reach("after_finalize_commit", job, job.worker_id or "")
+        if claim is not None and not together:
+            async with self.pool.connection() as conn:
+                rows = await (await self._send_claim(conn, claim)).fetchall()
         return won, [Job.from_row(row) for row in rows]
 
     async def _send_claim(self, conn: AsyncConnection, claim: dict[str, Any]) -> Any:
