@@ -98,6 +98,17 @@ def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_method
             assert set(response.headers["Allow"].split(", ")) == allowed, (method, path)
 
 
+def test_only_endpoints_that_take_just_the_request_skip_fastapis_request_handling(databases):
+    """The submissions, the readiness probes and the metrics are called with the Request directly (their
+    errors still reach the app's handlers: the refusal and outage tests send them); every route with a
+    parameter of its own keeps FastAPI's, which validates it (the 422s above)."""
+    app = create_api_app(databases.queue_url, kinds=STANDARD_KINDS)
+    direct = {(method, route.path) for route in app.routes if hasattr(route, "dependant")
+              for method in route.methods if route.app.__qualname__.startswith("_called_with_the_request")}
+    assert direct == {("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("GET", "/health/ready"),
+                      ("GET", "/healthz"), ("GET", "/metrics")}
+
+
 @pytest.mark.slow
 def test_schemathesis_run_with_every_check_finds_nothing(api_url, tmp_path):
     """`st run` as a user would start it, every phase (examples, coverage: each parameter's edges and each
