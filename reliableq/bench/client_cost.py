@@ -26,7 +26,7 @@ from reliableq.bench.gate import UNCHARGED_CHECK, UNFINISHED_CHECK, gate
 from reliableq.bench.ingest import submit_jobs
 from reliableq.bench.results import Measured, worker_time_metrics
 from reliableq.bench.runner import Bench
-from reliableq.bench.stack import api_process, drain, process_cpu_seconds, run_span, run_system
+from reliableq.bench.stack import api_process, drain, run_span, run_system
 
 TOP_ENTRIES = 30  # lines of each ordering kept in a profile's .txt
 
@@ -121,18 +121,15 @@ async def client_cost(bench: Bench, repeat: int) -> None:
         path = folder / f"api-c1-{repeat}.pstats"
         async with run_system(bench, f"client-cost-api-{repeat}", charge=False) as system:
             async with api_process(system, "--cprofile", str(path)) as (served, server):
-                cpu_before = process_cpu_seconds(server.process.pid)
-                acknowledged, samples, window = await submit_jobs(served, "http", 1, jobs)
-                cpu_after = process_cpu_seconds(server.process.pid)
+                submitted = await submit_jobs(served, "http", 1, jobs, cpu_of=server.process.pid)
             # After the API stopped: its profile is written.
-            passed, checks = await gate(system.databases, acknowledged, waive={
+            passed, checks = await gate(system.databases, submitted.acknowledged, waive={
                 UNFINISHED_CHECK: "submissions only: no worker runs them"})
-        requests = len(samples)
-        metrics = {"requests": requests, "requests_per_second": requests / window.seconds,
+        requests, cpu = len(submitted.samples), submitted.cpu_seconds
+        metrics = {"requests": requests, "requests_per_second": requests / submitted.window.seconds,
                    "round_trips_per_request": _counted(path)["round_trips"] / requests,
-                   "api_cpu_ms_per_request": (1000 * (cpu_after - cpu_before) / requests
-                                               if cpu_before is not None and cpu_after is not None else None)}
-        return Measured(metrics, passed, checks, samples, window)
+                   "api_cpu_ms_per_request": 1000 * cpu / requests if cpu is not None else None}
+        return Measured(metrics, passed, checks, submitted.samples, submitted.window)
 
     await bench.measure("client-cost", "worker c=1", {"jobs": jobs, "kind": "noop", "permits": 1,
                                                       "profile": f"profiles/worker-c1-{repeat}.txt"},

@@ -59,7 +59,8 @@ async def _replicated(bench: Bench, label: str, replication: str, jobs: int) -> 
         with scratch.empty_database("rq_bench_standby_charge") as charge_url:
             databases = Databases(pair.url("rq_bench_standby"), charge_url)
             async with run_system(bench, label, api=True, databases=databases) as system:
-                acknowledged, samples, ingest = await submit_jobs(system, "http", STANDBY_CLIENTS, jobs)
+                submitted = await submit_jobs(system, "http", STANDBY_CLIENTS, jobs)
+                acknowledged, samples, ingest = submitted.acknowledged, submitted.samples, submitted.window
                 await start_workers(bench, system, 1, STANDBY_PERMITS)
                 began = time.monotonic()
                 await system.wait_settled(acknowledged, timeout=bench.profile.settle_seconds)

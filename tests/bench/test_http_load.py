@@ -1,16 +1,20 @@
 """The bench's HTTP load generator (reliableq/bench/http_load.py) against the real API on loopback: answers
 read whole, a connection reused for the next request, one per request in flight, a refusal raised with
-its status and message, and a server's closing of a connection honoured."""
+its status and message, and a server's closing of a connection honoured. The ingest scenario's warm-up:
+untimed requests whose jobs are still gated."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import types
 import uuid
 
 import pytest
 
 from reliableq.api import create_api_app
 from reliableq.bench.http_load import HttpRefused, LoopbackHttp
+from reliableq.bench.ingest import submit_jobs
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.servers import LoopbackServer
 from tests.api.job_steps import count_visible
@@ -77,3 +81,17 @@ def test_only_an_http_address_with_a_port_is_taken():
     for url in ("https://127.0.0.1:8000", "http://127.0.0.1", "127.0.0.1:8000"):
         with pytest.raises(ValueError, match="expected http://host:port"):
             LoopbackHttp(url)
+
+
+async def test_a_warm_up_is_acknowledged_and_stored_but_not_timed(api_url, databases):
+    """3 clients warm up with 4 requests each, then 10 timed: all 22 jobs are acknowledged (so the gate
+    checks them all), the samples, the window and the rate are the 10 timed ones', and the CPU watched is
+    this process's over that window only."""
+    submitted = await submit_jobs(types.SimpleNamespace(api_url=api_url), "http", 3, 10, warm_up=4,
+                                  cpu_of=os.getpid())
+    assert len(submitted.acknowledged) == 22 and len(set(submitted.acknowledged)) == 22
+    assert await count_visible(databases.queue_url, [str(i) for i in submitted.acknowledged]) == 22
+    assert submitted.timed_jobs == len(submitted.samples) == 10
+    assert all(submitted.window.holds(sample) for sample in submitted.samples)
+    assert submitted.jobs_per_second == 10 / submitted.window.seconds
+    assert submitted.cpu_seconds is not None and 0 <= submitted.cpu_seconds <= 2 * submitted.window.seconds
