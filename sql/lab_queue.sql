@@ -11,8 +11,11 @@ FROM jobs j ORDER BY j.created_at, j.id;
 
 -- name: job_attempts_all
 -- Every claim of every job, for timelines: who held it, from when, until when, and how it ended.
-SELECT job_id, attempt, worker_id, claimed_at, lease_expires_at, finished_at, outcome, error
-FROM job_attempts ORDER BY claimed_at, id;
+-- From when: recorded_at, the moment the claim's statement wrote the row. claimed_at is its transaction's
+-- start, which for a claim committed with the success before it (queue.succeed_and_claim) precedes
+-- that success's finished_at: drawn from it, a worker would seem to hold one job more than it did.
+SELECT job_id, attempt, worker_id, recorded_at, lease_expires_at, finished_at, outcome, error
+FROM job_attempts ORDER BY recorded_at, id;
 
 -- name: job_invariant_unfinished
 -- Jobs neither SUCCEEDED nor DEAD (after the system settled, each one is a violation).

@@ -29,6 +29,7 @@ from IPython.display import Image, display  # noqa: E402
 from reliableq import db
 from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
+from reliableq.lab.lanes import lay_out, offset  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
 from reliableq.lab.scenario import ScenarioResult, job_label, job_labels
 
@@ -36,7 +37,6 @@ COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}
 _MARKERS = {  # timeline event kind -> (marker, colour, label)
     "claim": (">", "tab:blue", "claim"),
-    "charge": ("o", "tab:purple", "charge request"),
     "lease_expired": ("x", "tab:orange", "lease expired"),
     "finalize_won": ("P", "tab:green", "finalize won"),
     "finalize_lost": ("X", "tab:red", "finalize refused (stale)"),
@@ -52,6 +52,23 @@ _MARKERS = {  # timeline event kind -> (marker, colour, label)
     "submitted": ("v", "tab:cyan", "watched job submitted"),
     "claimed": (">", "tab:red", "watched job claimed"),
 }
+
+
+# A charge request by what the charge service answered: its status code, else its class.
+_CHARGE_ANSWERS = {
+    "201": ("o", "tab:purple", "charge made (201)"),
+    "200": ("h", "tab:purple", "charge replayed (200): no second charge"),
+    "5": ("D", "tab:red", "charge refused for now (5xx)"),
+    "4": ("D", "black", "charge refused for good (4xx)"),
+}
+
+
+def _marker(event: dict[str, Any]) -> tuple[str, str, str]:
+    """How a timeline draws `event`: (marker, colour, legend label)."""
+    if event["kind"] == "charge":
+        status = event["detail"].rpartition("(")[2].rstrip(")")  # "overloaded (503)" -> "503"
+        return _CHARGE_ANSWERS.get(status) or _CHARGE_ANSWERS.get(status[:1]) or ("o", "gray", "charge request")
+    return _MARKERS.get(event["kind"], (".", "gray", event["kind"]))
 
 
 OPEN_ATTEMPT = "attempt still open when the run ended"
@@ -152,33 +169,35 @@ def plot_chaos(report: ChaosReport) -> plt.Figure:
 def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], title: str, xlabel: str,
                 watched: float | None, ax: plt.Axes | None, lane_inches: float = 0.7) -> plt.Figure:
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(10, lane_inches * len(lanes) + 1.6))
-    y = {lane: i for i, lane in enumerate(lanes)}
-    bar = 6 * min(1.0, lane_inches / 0.7)
-    open_attempts: dict[tuple[str, str], float] = {}  # (worker, job) -> claimed at
-    for e in events:
-        key = (e["worker"], e["job"])
-        if e["kind"] == "claim":
-            open_attempts[key] = e["seconds"]
-        elif e["kind"] in ("finalize_won", "finalize_lost", "lease_expired") and key in open_attempts:
-            ax.plot([open_attempts.pop(key), e["seconds"]], [y[e[lane_of]]] * 2, color="lightsteelblue",
-                    linewidth=bar, solid_capstyle="butt", zorder=1)
+    layout = lay_out(events, lane_of, lanes)
+    scale = min(1.0, lane_inches / 0.7)
+    # Bars and markers no thicker than the space between the tracks of the lane with the most.
+    tracks = max(layout.tracks.values(), default=1)
+    room = 1.0 if tracks == 1 else (offset(1, tracks) - offset(0, tracks)) / 0.2  # 1 up to four tracks
+    bar, size = 6 * scale * min(1.0, room), 70 * scale * min(1.0, room) ** 2
     seen: set[str] = set()
     last = max((e["seconds"] for e in events), default=0.0)
-    if watched is not None and watched > last:
-        # Neither finished nor expired while the run was watched: a claim held to the end.
-        for (worker, job), start in open_attempts.items():
-            lane = {"worker": worker, "job": job}[lane_of]
-            ax.plot([start, watched], [y[lane]] * 2, color="lightsteelblue", linewidth=bar, linestyle=(0, (1, 1)),
-                    zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
+    held_to_end = watched is not None and watched > last
+    for attempt in layout.attempts:
+        height = layout.height(attempt, lanes)
+        if attempt.end is not None:
+            ax.plot([attempt.start, attempt.end], [height] * 2, color="lightsteelblue", linewidth=bar,
+                    solid_capstyle="butt", zorder=1)
+        elif held_to_end:  # neither finished nor expired while the run was watched: a claim held to the end
+            ax.plot([attempt.start, watched], [height] * 2, color="lightsteelblue", linewidth=bar,
+                    linestyle=(0, (1, 1)), zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
             seen.add(OPEN_ATTEMPT)
-        if watched - last >= QUIET_SHARE * watched:
-            ax.axvspan(last, watched, color="whitesmoke", zorder=0)
-            ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
-                    ha="center", va="top", fontsize="small", color="dimgray")
-    for e in events:
-        marker, colour, name = _MARKERS.get(e["kind"], (".", "gray", e["kind"]))
-        ax.scatter(e["seconds"], y[e[lane_of]], marker=marker, color=colour, s=70 * min(1.0, lane_inches / 0.7),
-                   zorder=2, label=None if name in seen else name)
+        if lane_of == "worker":  # which job each bar is (a job's lane says so already)
+            ax.annotate(attempt.job.removeprefix("job-"), (attempt.start, height), xytext=(-7, 0),
+                        textcoords="offset points", ha="right", va="center", fontsize=7, color="dimgray")
+    if held_to_end and watched - last >= QUIET_SHARE * watched:
+        ax.axvspan(last, watched, color="whitesmoke", zorder=0)
+        ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
+                ha="center", va="top", fontsize="small", color="dimgray")
+    for e, height in zip(events, layout.heights, strict=True):
+        marker, colour, name = _marker(e)
+        ax.scatter(e["seconds"], height, marker=marker, color=colour, s=size, zorder=2,
+                   label=None if name in seen else name)
         seen.add(name)
     if watched is not None:
         ax.set_xlim(right=max(watched, last) * 1.02 or None)

@@ -39,7 +39,7 @@ async def collect(databases: Databases, started: datetime, fault_plans: list[Fau
     events: list[Event] = []
     for a in await read_rows(databases.queue_url, "lab_queue", "job_attempts_all"):
         job, worker, attempt = str(a["job_id"]), a["worker_id"], a["attempt"]
-        events.append(Event(since(a["claimed_at"]), job, worker, attempt, "claim", f"attempt {attempt}"))
+        events.append(Event(since(a["recorded_at"]), job, worker, attempt, "claim", f"attempt {attempt}"))
         outcome = a["outcome"] or ""
         if outcome == "expired" and a["lease_expires_at"]:
             events.append(Event(since(a["lease_expires_at"]), job, worker, attempt, "lease_expired", "lease expired"))

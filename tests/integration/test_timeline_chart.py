@@ -1,6 +1,8 @@
 """The timeline shows what a stranded job looks like: with leases off, worker-1's claim stays open to the end of
 the run and the 2.5 lease lengths worker-2 waited in vain are drawn as time in which nothing happened (they
-were once squeezed into the first 0.05 s); with leases on, every attempt ends and no quiet stretch is marked."""
+were once squeezed into the first 0.05 s); with leases on, every attempt ends and no quiet stretch is marked.
+It shows what stage 9 asks the learner to read: four claims at the start and refused charges without the
+semaphore, two tracks (a staircase) and no refusal with it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import reliableq_stages
 from reliableq.config import Mechanisms
 from reliableq.lab import notebook as nb
 from reliableq.lab.chaos import ChaosConfig, run_chaos
+from reliableq.lab.lanes import lay_out
 from reliableq.lab.scenario import ScenarioParams
 
 
@@ -45,7 +48,22 @@ async def test_a_run_whose_attempts_all_end_has_no_open_attempt_and_no_quiet_str
     on = await reliableq_stages.get("leases").scenario(True, ScenarioParams(seed=1))
     figure = nb.plot_timeline(on)
     assert nb.OPEN_ATTEMPT not in _legend(figure)
-    assert not _texts(figure)
+    assert not [text for text in _texts(figure) if text.startswith("nothing happened")]
+
+
+async def test_stage_9_draws_four_claims_and_refusals_without_the_semaphore_and_a_staircase_with_it():
+    stage = reliableq_stages.get("semaphore")
+    for on, tracks in ((False, 4), (True, 2)):
+        run = await stage.scenario(on, ScenarioParams(seed=1))
+        events = run.event_rows()
+        figure = nb.plot_timeline(run)
+        lanes = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
+        layout = lay_out(events, "worker", lanes)
+        assert layout.tracks == {"worker-1": tracks}, on
+        first = [e["job"] for e in events if e["kind"] == "claim"][:tracks]
+        assert sorted(first) == [f"job-{n}" for n in range(1, tracks + 1)]  # the first claims, one a track
+        assert ("charge refused for now (5xx)" in _legend(figure)) is not on
+        assert set(_texts(figure)) == {"1", "2", "3", "4"}  # each bar says which job it is
 
 
 @pytest.mark.slow
