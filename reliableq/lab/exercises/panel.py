@@ -143,9 +143,10 @@ class ExercisePanel(RunPanel):
 
 
 def _graded(path: Path) -> str:
-    """Which file a check grades, and when it was last saved: an edit not saved yet is not in it."""
+    """Which file a check grades, and when it was last saved: an edit not saved yet is not in it. Said
+    relative to the check, not to now: the line stays in the notebook, true whenever it is read again."""
     saved = path.stat().st_mtime
     ago = time.time() - saved
-    when = f"{ago:.0f} s ago" if ago < 120 else f"{ago / 60:.0f} min ago" if ago < 7200 else "hours ago"
-    return (f"Graded {path.name} as saved at {time.strftime('%H:%M:%S', time.localtime(saved))} ({when}); "
-            "unsaved edits in the editor are not in it.")
+    when = f"{ago:.0f} s" if ago < 120 else f"{ago / 60:.0f} min" if ago < 7200 else "hours"
+    return (f"Graded {path.name} as saved at {time.strftime('%H:%M:%S', time.localtime(saved))}, {when} before "
+            "this check; unsaved edits in the editor are not in it.")
