@@ -63,8 +63,18 @@ _CHARGE_ANSWERS = {
 }
 
 
+# A finalize that won, by what it made of the job: a retry is not a success, and must not look like one.
+_FINALIZES = {
+    "succeeded": ("P", "tab:green", "finalize: succeeded"),
+    "retried": ("P", "goldenrod", "finalize: retry scheduled"),
+    "dead": ("P", "black", "finalize: DEAD"),
+}
+
+
 def _marker(event: dict[str, Any]) -> tuple[str, str, str]:
     """How a timeline draws `event`: (marker, colour, legend label)."""
+    if event["kind"] == "finalize_won" and event["detail"] in _FINALIZES:
+        return _FINALIZES[event["detail"]]
     if event["kind"] == "charge":
         status = event["detail"].rpartition("(")[2].rstrip(")")  # "overloaded (503)" -> "503"
         return _CHARGE_ANSWERS.get(status) or _CHARGE_ANSWERS.get(status[:1]) or ("o", "gray", "charge request")
@@ -189,7 +199,8 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
             seen.add(OPEN_ATTEMPT)
         if lane_of == "worker":  # which job each bar is (a job's lane says so already)
             ax.annotate(attempt.job.removeprefix("job-"), (attempt.start, height), xytext=(-7, 0),
-                        textcoords="offset points", ha="right", va="center", fontsize=7, color="dimgray")
+                        textcoords="offset points", ha="right", va="center", fontsize=7, color="dimgray",
+                        bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"}, zorder=3)
     if held_to_end and watched - last >= QUIET_SHARE * watched:
         ax.axvspan(last, watched, color="whitesmoke", zorder=0)
         ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
