@@ -3,13 +3,14 @@ suite, one that checks the learner's own code for an exercise, and the "predict,
 holds back the results of the runs it asks about until it is answered.
 
 A panel shows exactly one result, right under its buttons: a new run replaces the last. While a run is
-going, a status line says what it runs, for how long, and the wait under way with its deadline; Stop
-ends the run, and its system is torn down as after any run (workers stopped, servers closed, scratch
-databases dropped). A run that fails says, in one line, how long it really ran and why — never a
-traceback. Each piece also carries a static picture of itself, which is all a saved notebook keeps of it
-(reliableq/lab/resave.py): a notebook opened before it is run shows the pictures, each saying to run the
-notebook (or, for a result held back, to answer the prediction), instead of widgets without a kernel. What
-this does not do: decide anything about a job; it calls the stages and the chaos suite.
+going, a status line says what it runs, for how long, and the wait under way with its deadline; Stop (or
+JupyterLab's interrupt, ■, while no cell runs) ends the run, and its system is torn down as after any run
+(workers stopped, servers closed, scratch databases dropped). A run that fails says, in one line, how
+long it really ran and why — never a traceback. Each piece also carries a static picture of itself, which
+is all a saved notebook keeps of it (reliableq/lab/resave.py): a notebook opened before it is run shows
+the pictures, each saying to run the notebook (or, for a result held back, to answer the prediction),
+instead of widgets without a kernel. What this does not do: decide anything about a job; it calls the
+stages and the chaos suite.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import html
 import io
+import signal
 import sys
 import threading
 import time
@@ -146,6 +148,7 @@ class RunPanel(Pictured):
         self.button.disabled, self.stop_button.disabled = True, False
         self._work = asyncio.create_task(self.work(), context=watching(watch))
         ticker = asyncio.create_task(self._tick(what, watch, began))
+        _interrupt_stops(self)
         try:
             result = await self._work
         except asyncio.CancelledError:
@@ -162,6 +165,7 @@ class RunPanel(Pictured):
             raise
         finally:
             ticker.cancel()
+            _no_longer_stopped_by_interrupt(self)
             self._work = None
             self.button.disabled, self.stop_button.disabled = False, True
         self.status.value = _line(self.mark(result), f"{what}: done in {time.monotonic() - began:.1f} s")
@@ -176,6 +180,46 @@ class RunPanel(Pictured):
                        if watch.what else "")
             self.status.value = _line("◷", f"running {what}: {now - began:.0f} s{step}{waiting}")
             await asyncio.sleep(TICK_SECONDS)
+
+
+# JupyterLab's interrupt (■) stops the panels' runs too. ipykernel ignores SIGINT while no cell runs (its
+# idle handler is SIG_IGN), and a panel runs in the background of an idle kernel, so ■ did nothing to it
+# (the rehearsal: the run went on to its end). While a panel runs, the idle kernel's handler is one that
+# stops it as its Stop button does. ipykernel sets its own for the length of each message it handles (the
+# click that starts a run, or a cell: ■ interrupts a running cell, as always) and puts back the one it
+# found, kept in `saved_sigint_handler`: a run that starts inside a handler puts its own there. Anywhere
+# else (a test, a plain Python loop) the handler in place is left alone.
+_stopped_by_interrupt: set[RunPanel] = set()
+
+
+def _interrupt_stops(panel: RunPanel) -> None:
+    kernel = getattr(get_ipython(), "kernel", None)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _stop_panels)
+    elif getattr(kernel, "saved_sigint_handler", None) is signal.SIG_IGN:
+        kernel.saved_sigint_handler = _stop_panels  # the handler ipykernel puts back after this message
+    elif _stop_panels not in (signal.getsignal(signal.SIGINT), getattr(kernel, "saved_sigint_handler", None)):
+        return
+    _stopped_by_interrupt.add(panel)
+
+
+def _no_longer_stopped_by_interrupt(panel: RunPanel) -> None:
+    _stopped_by_interrupt.discard(panel)
+    if _stopped_by_interrupt:
+        return
+    kernel = getattr(get_ipython(), "kernel", None)
+    if signal.getsignal(signal.SIGINT) is _stop_panels:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the idle kernel's own
+    if getattr(kernel, "saved_sigint_handler", None) is _stop_panels:
+        kernel.saved_sigint_handler = signal.SIG_IGN
+
+
+def _stop_panels(signum: int, frame: Any) -> None:
+    # A signal handler runs between two bytecodes of the loop's thread: the stops run as the loop's next
+    # callbacks, not in the middle of whatever it was doing.
+    for panel in list(_stopped_by_interrupt):
+        if panel._work is not None:
+            panel._work.get_loop().call_soon_threadsafe(panel.stop)
 
 
 # Marks from DejaVu Sans and the common desktop fonts: emoji (❌ ⏳) showed as boxes without an emoji font.

@@ -8,6 +8,7 @@ import asyncio
 import html
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -84,6 +85,35 @@ async def test_stop_ends_the_run_and_says_so():
         await run
     assert "stopped after" in panel.status.value
     assert not panel.button.disabled and panel.stop_button.disabled
+
+
+async def test_the_kernels_interrupt_stops_a_run_in_an_idle_kernel_and_leaves_a_running_cells_alone():
+    """ipykernel ignores SIGINT while idle, and a panel runs in an idle kernel's background: the interrupt
+    (JupyterLab's ■, a real SIGINT here) stops the run as Stop does, and the idle handler is put back. With
+    another handler in place (a cell running, which ■ must interrupt), the panel leaves it alone."""
+    kept = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as ipykernel leaves it between cells
+        panel = ScenarioPanel(WaitingStage())
+        run = panel.start()
+        await status_says(panel, "waiting for")
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert "stopped after" in panel.status.value and not panel.button.disabled
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel sets it while a cell runs
+        stage = WaitingStage()
+        second = ScenarioPanel(stage)
+        run = second.start()
+        await status_says(second, "waiting for")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        stage.release.set()
+        with pytest.raises(RuntimeError):
+            await run
+    finally:
+        signal.signal(signal.SIGINT, kept)
 
 
 async def test_a_timeout_says_how_long_the_run_really_took_and_what_it_waited_for():
