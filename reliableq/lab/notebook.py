@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ def _marker(event: dict[str, Any]) -> tuple[str, str, str]:
 
 
 OPEN_ATTEMPT = "attempt still open when the run ended"
+LABELLED_ATTEMPTS = 60  # a lane with more attempts than this has its bars drawn without their job numbers
 QUIET_SHARE = 0.3  # a stretch with no event this share of the run is marked: it is what the run shows
 
 
@@ -188,6 +190,7 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
     seen: set[str] = set()
     last = max((e["seconds"] for e in events), default=0.0)
     held_to_end = watched is not None and watched > last
+    attempts_in = Counter(attempt.lane for attempt in layout.attempts)
     for attempt in layout.attempts:
         height = layout.height(attempt, lanes)
         if attempt.end is not None:
@@ -197,7 +200,9 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
             ax.plot([attempt.start, watched], [height] * 2, color="lightsteelblue", linewidth=bar,
                     linestyle=(0, (1, 1)), zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
             seen.add(OPEN_ATTEMPT)
-        if lane_of == "worker":  # which job each bar is (a job's lane says so already)
+        # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
+        # hundreds of attempts without backoff turned the numbers into a smear.
+        if lane_of == "worker" and attempts_in[attempt.lane] <= LABELLED_ATTEMPTS:
             ax.annotate(attempt.job.removeprefix("job-"), (attempt.start, height), xytext=(-7, 0),
                         textcoords="offset points", ha="right", va="center", fontsize=7, color="dimgray",
                         bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"}, zorder=3)
