@@ -24,7 +24,7 @@ from reliableq.payload import Submission
 from reliableq.queue import Queue
 
 INGEST_VIAS = ("http", "http-batch", "direct", "direct-batch")
-# Requests each HTTP client sends before the clock starts: they open its connection, let the API's pool
+# Requests (of one job) each HTTP client sends before the clock starts: they open its connection, let the API's pool
 # grow to what the clients keep busy and pass psycopg's prepare threshold on its connections, as pgbench
 # (the bound these points are set beside) connects and prepares before its own clock. 10 were too few: a
 # fresh API's first 800 timed requests from 16 clients still met its pool growing (p99 59 ms, 2,108/s; a
@@ -94,8 +94,8 @@ async def submit_jobs(system: LocalSystem, via: str, clients: int, jobs: int, wa
     submit = await _submitter(system, via, clients)
     try:
         async def warm() -> None:
-            for _ in range(warm_up):
-                acknowledged.extend(await submit(submit.batch))
+            for _ in range(warm_up):  # one job each, a batch point's too: the connections warm, not the table
+                acknowledged.extend(await submit(1))
         await asyncio.gather(*(warm() for _ in range(clients)))
         untimed = len(acknowledged)
         # A shared iterator: each request takes the next slice of job numbers (one, or a batch).

@@ -14,7 +14,7 @@ import pytest
 
 from reliableq import scratch
 from reliableq.bench import baselines, peer_runners, peers
-from reliableq.bench.profiles import PROFILES
+from reliableq.bench.profiles import PROFILES, batch_point_jobs
 
 
 def _needs(peer: str) -> None:
@@ -152,7 +152,7 @@ async def test_baselines_have_a_row_per_peer_point_and_a_note_for_a_failed_run(m
     profile = PROFILES["quick"]
     found = await baselines.measure_baselines(profile, ["ingest", "execute"])
     points = ([("ingest", c, profile.ingest_jobs) for c in profile.ingest_clients]
-              + [("ingest-batch", c, max(profile.ingest_jobs, 4 * c * 100)) for c in profile.ingest_clients]
+              + [("ingest-batch", c, batch_point_jobs(profile, c)) for c in profile.ingest_clients]
               + [("execute", c, profile.execute_jobs) for c in profile.execute_concurrency])
     assert asked == [(peer, mode, jobs, c) for peer in peers.PEERS for mode, c, jobs in points]
     rows = {(b.tool, b.clients): b for b in found}
