@@ -313,6 +313,14 @@ def exercise_panel(tmp_path: Path) -> ExercisePanel:
     return ExercisePanel(backoff.EXERCISE, tmp_path / "workspace")
 
 
+def test_an_exercise_panels_status_names_the_file_from_the_kernels_folder(tmp_path, monkeypatch):
+    """The status line is saved with the notebook: beside the file (the kernel runs in the workspace), it
+    names the file alone, never the machine's folders."""
+    panel = exercise_panel(tmp_path)
+    monkeypatch.chdir(tmp_path / "workspace")
+    assert panel.describe() == "the check of backoff (backoff.py)"
+
+
 def test_an_exercise_panel_writes_the_starter_once_and_never_over_the_learners_file(tmp_path):
     panel = exercise_panel(tmp_path)
     assert panel.path.read_text() == backoff.EXERCISE.starter

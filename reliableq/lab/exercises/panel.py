@@ -13,6 +13,7 @@ from pathlib import Path
 import ipywidgets as widgets
 from IPython.display import HTML
 
+from reliableq.lab import places
 from reliableq.lab.exercises import Exercise, earlier_code, progress
 from reliableq.lab.exercises.checker import DEFAULT_SEEDS, CheckResult, Outcome, check
 from reliableq.lab.exercises.workspace import Workspace
@@ -106,7 +107,9 @@ class ExercisePanel(RunPanel):
         self._solution_allowed()
 
     def describe(self) -> str:
-        return f"the check of {self.exercise.name} ({self.path.as_posix()})"
+        # Named from the kernel's folder (the workspace, beside the notebook): the status line is saved with
+        # the notebook, which must not carry one machine's folders.
+        return f"the check of {self.exercise.name} ({places.shown(self.path)})"
 
     def picture(self) -> str:
         return (f"{self._title()}<br>{self._file_line(live=False)}<br>{self._progress()}<br>"
