@@ -89,8 +89,10 @@ async def test_tiny_profile_runs_its_first_run_of_scenarios_and_writes_its_files
     assert noop["point"] == "1x2" and noop["fair_over_fifo"] > 0
     assert all(r["point"] == "1x2" for r in written["ratios"] if r["scenario"] == "noop")
     assert "`noop` at one tenant" in text
-    assert all(r.metrics["api_cpu_ms_per_request"] > 0 for r in result.runs
-               if r.scenario == "ingest" and r.params["via"].startswith("http"))
+    # The API's CPU is measured over the timed window only (after the warm-up): at tiny's sizes that window
+    # can be shorter than the kernel's CPU tick (10 ms), so a reading of 0 is a measurement, None is not.
+    assert all(r.metrics["api_cpu_ms_per_request"] is not None and r.metrics["api_cpu_ms_per_request"] >= 0
+               for r in result.runs if r.scenario == "ingest" and r.params["via"].startswith("http"))
 
 
 @pytest.mark.slow
