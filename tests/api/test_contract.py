@@ -98,15 +98,32 @@ def test_fastapis_own_refusals_have_the_apis_error_body_and_the_documents_method
             assert set(response.headers["Allow"].split(", ")) == allowed, (method, path)
 
 
-def test_only_endpoints_that_take_just_the_request_skip_fastapis_request_handling(databases):
-    """The submissions, the readiness probes and the metrics are called with the Request directly (their
-    errors still reach the app's handlers: the refusal and outage tests send them); every route with a
-    parameter of its own keeps FastAPI's, which validates it (the 422s above)."""
-    app = create_api_app(databases.queue_url, kinds=STANDARD_KINDS)
-    direct = {(method, route.path) for route in app.routes if hasattr(route, "dependant")
-              for method in route.methods if route.app.__qualname__.startswith("_called_with_the_request")}
-    assert direct == {("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("GET", "/health/ready"),
-                      ("GET", "/healthz"), ("GET", "/metrics")}
+def test_only_endpoints_that_take_just_the_request_skip_fastapis_middleware_and_routing(databases):
+    """The submissions, the readiness probes and the metrics are called with the Request before FastAPI's
+    middleware stack (their errors still reach the app's handlers: the refusal and outage tests send
+    them); every route with a parameter of its own keeps FastAPI's, which validates it (the 422s above).
+    A middleware that records what passes it sees only the latter."""
+    app = create_api_app(databases.queue_url, kinds=STANDARD_KINDS, api_token="t0ken")
+    assert set(app.direct_endpoints) == {
+        ("POST", "/v1/jobs"), ("POST", "/v1/jobs/batch"), ("GET", "/health/ready"), ("GET", "/healthz"),
+        ("GET", "/metrics")}
+    passed: list[str] = []
+
+    @app.middleware("http")
+    async def record(request, call_next):
+        passed.append(f"{request.method} {request.url.path}")
+        return await call_next(request)
+    token = {"Authorization": "Bearer t0ken"}
+    with LoopbackServer(app) as server:
+        job = httpx.post(f"{server.url}/v1/jobs", json={"amount_cents": 5}, headers=token)
+        assert job.status_code == 202, job.text
+        assert httpx.post(f"{server.url}/v1/jobs", content=b"{", headers=token).status_code == 400
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        assert httpx.get(f"{server.url}/metrics", headers=token).status_code == 200
+        assert httpx.post(f"{server.url}/v1/jobs", json={"amount_cents": 5}).status_code == 401
+        assert httpx.get(f"{server.url}/v1/jobs/{job.json()['id']}", headers=token).status_code == 200
+        assert httpx.get(f"{server.url}/v1/jobs/{job.json()['id']}").status_code == 401
+    assert passed == [f"GET /v1/jobs/{job.json()['id']}"]
 
 
 @pytest.mark.slow
