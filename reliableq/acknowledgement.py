@@ -68,16 +68,25 @@ async def acknowledge_in_order(order: SubmissionOrder, store: Store, submitted: 
     passes the fault point after_ack_before_commit; one before it, after_commit_before_ack once stored.
     An order that ends unacknowledged raises NotAcknowledged, or its failure itself when that is one of
     `raised_as_they_are` (the caller's own answers: an outage, a reused key)."""
-    sent = asyncio.get_running_loop().create_future()
+    # Resolved by the acknowledgement, or by the order's end if it never comes: one future and one
+    # callback where asyncio.wait on both cost a waiter and four callbacks a request.
+    answered = asyncio.get_running_loop().create_future()
+    acknowledged = False
     stored: list[object] = []
 
+    def answer() -> None:
+        if not answered.done():  # cancelled with the request, or already answered
+            answered.set_result(None)
+
     async def acknowledge() -> None:
-        if sent.done():
+        nonlocal acknowledged
+        if acknowledged:
             raise RuntimeError("acknowledge() called again: a request has one answer, already sent")
-        sent.set_result(None)
+        acknowledged = True
+        answer()
 
     async def store_in_order() -> object:
-        if sent.done():
+        if acknowledged:
             try:
                 await faults.reach("after_ack_before_commit", submitted, "api")
             except SimulatedCrash:
@@ -86,17 +95,18 @@ async def acknowledge_in_order(order: SubmissionOrder, store: Store, submitted: 
                     return None  # a store left to a task nobody awaits: the crash ends that task, quietly
                 raise
         stored.append(await store())
-        if not sent.done():
+        if not acknowledged:
             await faults.reach("after_commit_before_ack", submitted, "api")
         return stored[0]
 
     running = asyncio.create_task(order(store_in_order, acknowledge))
+    running.add_done_callback(lambda _: answer())
     try:
-        await asyncio.wait({sent, running}, return_when=asyncio.FIRST_COMPLETED)
+        await answered
     except asyncio.CancelledError:  # the request is gone (server shutdown): so is what it was doing
         running.cancel()
         raise
-    if sent.done():
+    if acknowledged:
         return Acknowledged(stored[0] if stored else None, running)
     failure = asyncio.CancelledError() if running.cancelled() else running.exception()
     if failure is None:

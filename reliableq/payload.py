@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -157,27 +158,26 @@ def storable(payload: Any) -> dict[str, Any]:
     submissions committed with it."""
     if not isinstance(payload, dict):
         raise InvalidSubmission(f"payload must be a JSON object, got {type(payload).__name__}")
-    try:
-        json.dumps(payload, allow_nan=False)  # jsonb has no NaN or Infinity
-    except ValueError:
-        raise InvalidSubmission("payload numbers must be finite") from None
-    for text in _texts(payload):
-        if not storable_text(text):
-            raise InvalidSubmission("payload text must be valid UTF-8 without NUL characters")
+    for value in _scalars(payload):
+        if isinstance(value, str):
+            if not storable_text(value):
+                raise InvalidSubmission("payload text must be valid UTF-8 without NUL characters")
+        elif isinstance(value, float) and not math.isfinite(value):  # jsonb has no NaN or Infinity
+            raise InvalidSubmission("payload numbers must be finite")
     return payload
 
 
-def _texts(value: Any):
-    """Every string in a decoded JSON value, keys included."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
+def _scalars(value: Any):
+    """Every string and number in a decoded JSON value, keys included."""
+    if isinstance(value, dict):
         for key, item in value.items():
             yield key
-            yield from _texts(item)
+            yield from _scalars(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _texts(item)
+            yield from _scalars(item)
+    else:
+        yield value
 
 
 def storable_text(text: str) -> bool:
