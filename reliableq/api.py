@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from psycopg_pool import PoolTimeout
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
@@ -108,11 +109,15 @@ async def _read_body(request: Request, limit: int, parse: Callable[[Any], Parsed
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _Refused(413, f"payload larger than {limit} bytes")
     # Read at most the limit: a chunked body has no Content-Length to refuse it by up front.
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
+    body, more = bytearray(), True
+    while more:  # the ASGI messages themselves: Starlette's stream() adds an async generator a request
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        body += message.get("body", b"")
         if len(body) > limit:
             raise _Refused(413, f"payload larger than {limit} bytes")
+        more = message.get("more_body", False)
     try:
         decoded = json.loads(body)
     except RecursionError:
