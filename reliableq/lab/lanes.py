@@ -24,16 +24,14 @@ class Attempt:
     start: float
     end: float | None = None  # None: neither finished nor expired while the run was watched
     track: int = 0
+    height: float = 0.0  # its lane's index, plus its track's offset
 
 
 @dataclass(frozen=True)
 class Layout:
     attempts: list[Attempt]  # in claim order
     tracks: dict[str, int]  # lane -> its number of tracks (lanes without attempts have none)
-    heights: list[float]  # each event's height, in the order given: its lane's index, plus its track's offset
-
-    def height(self, attempt: Attempt, lanes: list[str]) -> float:
-        return lanes.index(attempt.lane) + offset(attempt.track, self.tracks[attempt.lane])
+    heights: list[float]  # each event's height, in the order given: its attempt's, or its lane's index
 
 
 def lay_out(events: list[dict[str, Any]], lane_of: str, lanes: list[str]) -> Layout:
@@ -60,13 +58,17 @@ def lay_out(events: list[dict[str, Any]], lane_of: str, lanes: list[str]) -> Lay
     tracks = _assign_tracks(attempts)
     widest = max(tracks.values(), default=1)
     row = {lane: i for i, lane in enumerate(lanes)}
+    for attempt in attempts:
+        attempt.height = row[attempt.lane] + offset(attempt.track, tracks[attempt.lane])
     heights = []
     for e, owner in zip(events, owners, strict=True):
         lane = e[lane_of]
         if owner is None:
             heights.append(float(row[lane]))
+        elif lane == owner.lane:
+            heights.append(owner.height)
         else:  # in another lane (a charge in the charge service's), on a track of the widest lane's
-            heights.append(row[lane] + offset(owner.track, tracks[lane] if lane == owner.lane else widest))
+            heights.append(row[lane] + offset(owner.track, widest))
     return Layout(attempts, tracks, heights)
 
 

@@ -192,18 +192,17 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
     held_to_end = watched is not None and watched > last
     attempts_in = Counter(attempt.lane for attempt in layout.attempts)
     for attempt in layout.attempts:
-        height = layout.height(attempt, lanes)
         if attempt.end is not None:
-            ax.plot([attempt.start, attempt.end], [height] * 2, color="lightsteelblue", linewidth=bar,
+            ax.plot([attempt.start, attempt.end], [attempt.height] * 2, color="lightsteelblue", linewidth=bar,
                     solid_capstyle="butt", zorder=1)
         elif held_to_end:  # neither finished nor expired while the run was watched: a claim held to the end
-            ax.plot([attempt.start, watched], [height] * 2, color="lightsteelblue", linewidth=bar,
+            ax.plot([attempt.start, watched], [attempt.height] * 2, color="lightsteelblue", linewidth=bar,
                     linestyle=(0, (1, 1)), zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
             seen.add(OPEN_ATTEMPT)
         # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
         # hundreds of attempts without backoff turned the numbers into a smear.
         if lane_of == "worker" and attempts_in[attempt.lane] <= LABELLED_ATTEMPTS:
-            ax.annotate(attempt.job.removeprefix("job-"), (attempt.start, height), xytext=(-7, 0),
+            ax.annotate(attempt.job.removeprefix("job-"), (attempt.start, attempt.height), xytext=(-7, 0),
                         textcoords="offset points", ha="right", va="center", fontsize=7, color="dimgray",
                         bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"}, zorder=3)
     if held_to_end and watched - last >= QUIET_SHARE * watched:

@@ -194,11 +194,12 @@ _stopped_by_interrupt: set[RunPanel] = set()
 
 def _interrupt_stops(panel: RunPanel) -> None:
     kernel = getattr(get_ipython(), "kernel", None)
+    kernels_idle_handler = getattr(kernel, "saved_sigint_handler", None)  # what ipykernel puts back after a message
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _stop_panels)
-    elif getattr(kernel, "saved_sigint_handler", None) is signal.SIG_IGN:
-        kernel.saved_sigint_handler = _stop_panels  # the handler ipykernel puts back after this message
-    elif _stop_panels not in (signal.getsignal(signal.SIGINT), getattr(kernel, "saved_sigint_handler", None)):
+    elif kernels_idle_handler is signal.SIG_IGN:
+        kernel.saved_sigint_handler = _stop_panels
+    elif _stop_panels not in (signal.getsignal(signal.SIGINT), kernels_idle_handler):
         return
     _stopped_by_interrupt.add(panel)
 
