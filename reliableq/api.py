@@ -425,11 +425,11 @@ class _Api(FastAPI):
     """FastAPI, with two differences.
 
     A route whose endpoint takes just the Request (the submissions, the readiness probes, the metrics)
-    reads its own body and returns its own Response: it is called before FastAPI's middleware stack, its
-    router and its request handling, which would do nothing for it but cost (its middleware stack, the routes
-    matched one by one, dependency solving, exit stacks, the response-model path). The stack and the
-    routing alone were a tenth of py-spy's samples of a submission; without them the API's CPU a request
-    went 0.43 → 0.39 ms at 4 clients, 0.30 → 0.24 at 16. Its exceptions go to the app's handlers all the same.
+    reads its own body and returns its own Response, so it is called before FastAPI's middleware stack,
+    router and request handling, which would do nothing for it but cost (the routes matched one by one,
+    dependency solving, exit stacks, the response-model path). The stack and the routing alone were a tenth
+    of py-spy's samples of a submission; without them the API's CPU a request went 0.43 → 0.39 ms at 4
+    clients, 0.30 → 0.24 at 16. Its exceptions go to the app's handlers all the same.
 
     With `api_token`, every request but a health probe's must carry it (401 otherwise), checked first,
     for every route alike."""

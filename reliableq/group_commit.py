@@ -33,6 +33,11 @@ class GroupCommitter(Generic[Item, Result]):
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._committers: set[asyncio.Task] = set()
 
+    @property
+    def waiting(self) -> int:
+        """Items queued behind the commits running, for the next group."""
+        return len(self._waiting)
+
     async def submit(self, item: Item) -> Result:
         """Commit `item` with whichever others are waiting; its result once the group committed."""
         result = asyncio.get_running_loop().create_future()

@@ -168,7 +168,7 @@ def storable(payload: Any) -> dict[str, Any]:
 
 
 def _scalars(value: Any):
-    """Every string and number in a decoded JSON value, keys included."""
+    """Every key and every value but the objects and arrays that hold them, in a decoded JSON value."""
     if isinstance(value, dict):
         for key, item in value.items():
             yield key

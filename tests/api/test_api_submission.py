@@ -8,6 +8,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import psycopg
+
 from reliableq.api import create_api_app
 from reliableq.charge.handler import STANDARD_KINDS
 from reliableq.config import Mechanisms
@@ -35,16 +37,40 @@ async def test_202_means_the_job_is_already_visible_from_another_connection(api,
 
 
 async def test_concurrent_submissions_sharing_commits_are_each_visible_at_their_202(databases):
-    """Forty submissions at once, more than the commits the API runs side by side, so they share
+    """Forty submissions at once, more than the one commit the API runs at a time, so they share
     inserts: still, when each 202 arrives, another connection can already see that job."""
-    # pool_size 2: one commit in flight.
-    async with serve(create_api_app(databases.queue_url, pool_size=2, kinds=STANDARD_KINDS)) as api:
+    async with serve(create_api_app(databases.queue_url, kinds=STANDARD_KINDS)) as api:
         async def submit(amount: int) -> bool:
             response = await api.post("/v1/jobs", json={"amount_cents": amount})
             assert response.status_code == 202, response.text
             return await row_visible(databases.queue_url, response.json()["id"])
         assert all(await asyncio.gather(*(submit(amount) for amount in range(1, 41))))
     assert await stored_rows(databases.queue_url) == (40, 0)
+
+
+async def test_submissions_that_arrive_while_a_commit_runs_share_the_next_one(databases):
+    """One submission commit at a time: while the first one's insert waits (another session holds the
+    table), the next six queue in the API rather than open commits of their own, and once it commits
+    they are stored by one statement together: two transactions for seven jobs, each 202 after its own."""
+    app = create_api_app(databases.queue_url, kinds=STANDARD_KINDS)
+    async with serve(app) as api, await psycopg.AsyncConnection.connect(databases.queue_url) as holder:
+        await holder.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")  # until it commits: inserts wait
+
+        async def inserts_waiting_for_the_lock() -> int:
+            row = await fetch_one(databases.queue_url, "SELECT count(*) FROM pg_stat_activity WHERE "
+                                  "wait_event_type = 'Lock' AND starts_with(query, 'INSERT INTO jobs')")
+            return row[0]
+        first = asyncio.create_task(api.post("/v1/jobs", json={"amount_cents": 1}))
+        await wait_until(inserts_waiting_for_the_lock, DEADLINE_SECONDS, "the first insert to wait for the lock")
+        rest = [asyncio.create_task(api.post("/v1/jobs", json={"amount_cents": amount})) for amount in range(2, 8)]
+        await wait_until(lambda: app.state.submissions.waiting == 6, DEADLINE_SECONDS,
+                         "six submissions queued behind the first commit")
+        assert not first.done() and await inserts_waiting_for_the_lock() == 1
+        await holder.commit()
+        answers = await asyncio.gather(first, *rest)
+    assert [answer.status_code for answer in answers] == [202] * 7
+    transactions = await fetch_one(databases.queue_url, "SELECT count(DISTINCT xmin::text) FROM jobs")
+    assert transactions == (2,)
 
 
 async def test_202_body_carries_id_status_and_stable_idempotency_key(api, databases):
