@@ -81,6 +81,9 @@ async def test_a_worker_whose_listener_is_cut_off_hears_again(databases):
             await admin.execute("SELECT pg_terminate_backend(%s)", (await listener_pid(),))
             job = await system.submit_direct(NOOP)  # while the listener is gone: found on its reconnect
             await system.wait_for_status(job.id, {"SUCCEEDED"}, timeout=RECONNECT_SECONDS + WAKE_BOUND_SECONDS)
+            # Idle again before the next: a submission racing the worker's new idle mark may wait for the
+            # poll, by design (reliableq/wake.py); CI once sent it in that window.
+            await wait_until(lambda: _marked_and_listening(system), 10, "the worker's idle mark and its LISTEN again")
             later = await system.submit_direct(NOOP)  # and heard again once it listens
             await system.wait_for_status(later.id, {"SUCCEEDED"}, timeout=WAKE_BOUND_SECONDS)
         await system.stop_workers()
