@@ -35,8 +35,8 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from psycopg_pool import PoolTimeout
 from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
@@ -109,15 +109,11 @@ async def _read_body(request: Request, limit: int, parse: Callable[[Any], Parsed
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _Refused(413, f"payload larger than {limit} bytes")
     # Read at most the limit: a chunked body has no Content-Length to refuse it by up front.
-    body, more = bytearray(), True
-    while more:  # the ASGI messages themselves: Starlette's stream() adds an async generator a request
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        body += message.get("body", b"")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
         if len(body) > limit:
             raise _Refused(413, f"payload larger than {limit} bytes")
-        more = message.get("more_body", False)
     try:
         decoded = json.loads(body)
     except RecursionError:
@@ -449,14 +445,15 @@ class _Api(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
+        endpoint = self.direct_endpoints.get((scope["method"], scope["path"]))
+        refused = self.api_token is not None and scope["path"] not in HEALTH_PATHS and not bearer_matches(
+            Headers(scope=scope).get("Authorization"), self.api_token)
+        if not refused and endpoint is None:
+            return await super().__call__(scope, receive, send)
         scope["app"] = self
         request = Request(scope, receive, send)
-        endpoint = self.direct_endpoints.get((scope["method"], scope["path"]))
-        if self.api_token is not None and scope["path"] not in HEALTH_PATHS and not bearer_matches(
-                request.headers.get("Authorization"), self.api_token):
+        if refused:
             response = _error(401, "missing or wrong bearer token")
-        elif endpoint is None:
-            return await super().__call__(scope, receive, send)
         else:
             try:
                 response = await endpoint(request)
