@@ -63,7 +63,7 @@ PROFILES = {
                     mechanism_processes=(2, 2), pickup_jobs=3, standby_jobs=20, fairness_pending=2_000,
                     fairness_claims=3, flood_jobs=1_000, quiet_jobs=5,
                     settle_seconds=60),
-    # 4-5 minutes on this project's two cores while others' tests ran (3 min 58 s for the reference notebook 13
+    # 5-6 minutes on this project's two cores (5 min 16 s for the reference notebook 13
     # ships; 11 min 11 s before these sizes, 209 s of it pgqueuer's 1 s pickup times 200 jobs and 90 s
     # retention). Fewer points than full, each of them one of full's; retention is left to full, whose
     # million-job history is what makes its point. Ingest points hold full's 4,000 jobs: 800 were windows
