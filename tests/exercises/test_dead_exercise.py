@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from reliableq import finalize_decision
-from reliableq.lab.exercises import dead
+from reliableq.lab.exercises import dead, learner_code
 from reliableq.lab.exercises.checker import Outcome, check
 from reliableq.lab.exercises.learner_code import LearnerError
 
@@ -145,6 +145,15 @@ def test_a_call_held_up_without_computing_is_not_taken_for_an_endless_loop():
     decide = dead.load("import time\n\n\n" + SIGNATURE.replace("\n", "\n    time.sleep(1.2)\n", 1)
                        + '    return "succeed" if outcome_kind == "ok" else "retry"\n').decision
     assert decide("ok", 1, 5) == "succeed"
+
+
+def test_a_loop_that_waits_rather_than_computes_is_stopped_by_the_clock_at_its_line(monkeypatch):
+    """Asleep in place it spends no CPU time; the clock's backstop stops it, though the clocks are read only
+    every so many of its opcodes."""
+    monkeypatch.setattr(learner_code, "CALL_WALL_SECONDS", 0.3)  # the deadline's 1 s then bounds the clock too
+    with pytest.raises(LearnerError) as raised:
+        dead.load("import time\n\n\n" + SIGNATURE + "    while True: time.sleep(0.01)\n")
+    assert "dead.py, line 5: still running after 1 s (a loop that never ends?)" in str(raised.value)
 
 
 @pytest.mark.slow
