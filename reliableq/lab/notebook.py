@@ -30,7 +30,7 @@ from IPython.display import Image, display  # noqa: E402
 from reliableq import db
 from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
-from reliableq.lab.lanes import lay_out, offset  # noqa: E402
+from reliableq.lab.lanes import Attempt, lay_out, offset  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
 from reliableq.lab.scenario import ScenarioResult, job_label, job_labels
 
@@ -84,6 +84,7 @@ def _marker(event: dict[str, Any]) -> tuple[str, str, str]:
 
 OPEN_ATTEMPT = "attempt still open when the run ended"
 LABELLED_ATTEMPTS = 60  # a lane with more attempts than this has its bars drawn without their job numbers
+BAR_HOLDING_A_NUMBER = 0.04  # of the time axis: a bar at least this long has its job number in its middle
 QUIET_SHARE = 0.3  # a stretch with no event this share of the run is marked: it is what the run shows
 
 
@@ -191,20 +192,17 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
     last = max((e["seconds"] for e in events), default=0.0)
     held_to_end = watched is not None and watched > last
     attempts_in = Counter(attempt.lane for attempt in layout.attempts)
+    bars: list[tuple[Attempt, float]] = []  # each attempt drawn, with where its bar ends
     for attempt in layout.attempts:
         if attempt.end is not None:
             ax.plot([attempt.start, attempt.end], [attempt.height] * 2, color="lightsteelblue", linewidth=bar,
                     solid_capstyle="butt", zorder=1)
+            bars.append((attempt, attempt.end))
         elif held_to_end:  # neither finished nor expired while the run was watched: a claim held to the end
             ax.plot([attempt.start, watched], [attempt.height] * 2, color="lightsteelblue", linewidth=bar,
                     linestyle=(0, (1, 1)), zorder=1, label=None if OPEN_ATTEMPT in seen else OPEN_ATTEMPT)
             seen.add(OPEN_ATTEMPT)
-        # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
-        # hundreds of attempts without backoff turned the numbers into a smear.
-        if lane_of == "worker" and attempts_in[attempt.lane] <= LABELLED_ATTEMPTS:
-            ax.annotate(attempt.job.removeprefix("job-"), (attempt.start, attempt.height), xytext=(-7, 0),
-                        textcoords="offset points", ha="right", va="center", fontsize=7, color="dimgray",
-                        bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"}, zorder=3)
+            bars.append((attempt, watched))
     if held_to_end and watched - last >= QUIET_SHARE * watched:
         ax.axvspan(last, watched, color="whitesmoke", zorder=0)
         ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
@@ -216,6 +214,10 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
         seen.add(name)
     if watched is not None:
         ax.set_xlim(right=max(watched, last) * 1.02 or None)
+    # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
+    # hundreds of attempts without backoff turned the numbers into a smear.
+    if lane_of == "worker":
+        _number_bars([(attempt, end) for attempt, end in bars if attempts_in[attempt.lane] <= LABELLED_ATTEMPTS], ax)
     ax.set_yticks(range(len(lanes)), lanes, fontsize=None if lane_inches >= 0.3 else "x-small")
     ax.set_ylim(-0.7, len(lanes) - 0.3)
     if lane_of == "job":
@@ -226,6 +228,20 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes) -> None:
+    """Each bar's job number in the bar's middle. Drawn before the claim, as they once were, a number sat on
+    the finalize marker of the job before it on the same track (with the semaphore, a success and the next
+    claim are one commit); only a bar too short to hold one has it there still."""
+    left, right = ax.get_xlim()
+    for attempt, end in bars:
+        if end - attempt.start >= BAR_HOLDING_A_NUMBER * (right - left):
+            where = {"xy": ((attempt.start + end) / 2, attempt.height), "ha": "center"}
+        else:
+            where = {"xy": (attempt.start, attempt.height), "xytext": (-7, 0), "textcoords": "offset points",
+                     "ha": "right", "bbox": {"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"}}
+        ax.annotate(attempt.job.removeprefix("job-"), va="center", fontsize=8, color="black", zorder=3, **where)
 
 
 def views(*results: ScenarioResult) -> list[Any]:
