@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 import textwrap
@@ -84,7 +85,9 @@ def _marker(event: dict[str, Any]) -> tuple[str, str, str]:
 
 OPEN_ATTEMPT = "attempt still open when the run ended"
 LABELLED_ATTEMPTS = 60  # a lane with more attempts than this has its bars drawn without their job numbers
-BAR_HOLDING_A_NUMBER = 0.04  # of the time axis: a bar at least this long has its job number in its middle
+NUMBER_POINTS = 8  # the font size of a bar's job number
+DIGIT_WIDTH = 0.65  # of the font size: a digit's width in matplotlib's default font (DejaVu Sans)
+NUMBER_CLEARANCE_POINTS = 2  # between a number in its bar and the markers at the bar's ends
 QUIET_SHARE = 0.3  # a stretch with no event this share of the run is marked: it is what the run shows
 
 
@@ -214,10 +217,6 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
         seen.add(name)
     if watched is not None:
         ax.set_xlim(right=max(watched, last) * 1.02 or None)
-    # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
-    # hundreds of attempts without backoff turned the numbers into a smear.
-    if lane_of == "worker":
-        _number_bars([(attempt, end) for attempt, end in bars if attempts_in[attempt.lane] <= LABELLED_ATTEMPTS], ax)
     ax.set_yticks(range(len(lanes)), lanes, fontsize=None if lane_inches >= 0.3 else "x-small")
     ax.set_ylim(-0.7, len(lanes) - 0.3)
     if lane_of == "job":
@@ -227,21 +226,31 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
     if seen:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
+    # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
+    # hundreds of attempts without backoff turned the numbers into a smear. After the layout: where a number
+    # goes depends on how wide the axes came out.
+    if lane_of == "worker":
+        _number_bars([(attempt, end) for attempt, end in bars if attempts_in[attempt.lane] <= LABELLED_ATTEMPTS], ax,
+                     marker_points=math.sqrt(size))
     return fig
 
 
-def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes) -> None:
+def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes, marker_points: float) -> None:
     """Each bar's job number in the bar's middle. Drawn before the claim, as they once were, a number sat on
     the finalize marker of the job before it on the same track (with the semaphore, a success and the next
-    claim are one commit); only a bar too short to hold one has it there still."""
+    claim are one commit); only a bar too short to hold one clear of its end markers (half a marker wide
+    each, `marker_points` being a whole one) has it there still."""
     left, right = ax.get_xlim()
+    points_a_second = ax.get_window_extent().width * 72 / ax.figure.dpi / (right - left)
     for attempt, end in bars:
-        if end - attempt.start >= BAR_HOLDING_A_NUMBER * (right - left):
+        number = attempt.job.removeprefix("job-")
+        room = (end - attempt.start) * points_a_second - marker_points
+        if room >= DIGIT_WIDTH * NUMBER_POINTS * len(number) + 2 * NUMBER_CLEARANCE_POINTS:
             where = {"xy": ((attempt.start + end) / 2, attempt.height), "ha": "center"}
         else:
             where = {"xy": (attempt.start, attempt.height), "xytext": (-7, 0), "textcoords": "offset points",
                      "ha": "right", "bbox": {"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"}}
-        ax.annotate(attempt.job.removeprefix("job-"), va="center", fontsize=8, color="black", zorder=3, **where)
+        ax.annotate(number, va="center", fontsize=NUMBER_POINTS, color="black", zorder=3, **where)
 
 
 def views(*results: ScenarioResult) -> list[Any]:
