@@ -31,6 +31,7 @@ from IPython.display import Image, display  # noqa: E402
 from reliableq import db
 from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
+from reliableq.lab.experiment import stage_mechanisms  # noqa: E402
 from reliableq.lab.lanes import Attempt, lay_out, offset  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
 from reliableq.lab.scenario import ScenarioResult, job_label, job_labels
@@ -118,12 +119,14 @@ def database_banner() -> str:
 
 
 def label(result: ScenarioResult) -> str:
-    """How a run is named in tables and charts: by the switches a learner picked, if they did."""
-    if result.params.mechanisms is not None:
+    """How a run is named in tables and charts: as the stage's own run ("semaphore on") when its switches
+    are the stage's, whoever picked them; else by the switches that are off. A panel's run with the stage's
+    switches was "off: sync_standby, fairness", naming the mechanisms of stages still to come."""
+    own = result.mechanism
+    own_on = own is not None and getattr(result.mechanisms, own)
+    if result.mechanisms != stage_mechanisms(own, own_on):
         return result.mechanisms.describe()
-    if result.mechanism is None:
-        return "naive"
-    return f"{result.mechanism} {'on' if result.mechanism_on else 'off'}"
+    return "naive" if own is None else f"{own} {'on' if own_on else 'off'}"
 
 
 def counts_table(*results: ScenarioResult) -> pd.DataFrame:

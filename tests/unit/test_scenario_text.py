@@ -9,6 +9,7 @@ import uuid
 from reliableq.config import Mechanisms
 from reliableq.lab.experiment import stage_mechanisms
 from reliableq.lab.ledger import JobCounts
+from reliableq.lab.notebook import label
 from reliableq.lab.scenario import LINE_WIDTH, LOST, MECHANISM_FIXES, ScenarioParams, ScenarioResult
 
 OK = ("SUCCEEDED", 1, 1, 1, 1)
@@ -139,3 +140,17 @@ def test_the_report_has_the_table_between_verdict_and_measurements_and_the_summa
     assert result.report().splitlines() == [*result.verdict(), "", *table, "", "Measured:", "  outage_requests=123"]
     assert result.summary().splitlines() == [*result.verdict(), "Measured:", "  outage_requests=123"]
     assert str(result.jobs[0].job_id) not in result.report()
+
+
+def test_a_run_is_named_as_its_stage_names_it_when_its_switches_are_the_stages_own():
+    """A panel passes the switches it shows, the stage's by default: its run is named as the stage's own
+    ("semaphore on"), not by the later stages' mechanisms it leaves off; other switches are named by what
+    is off, and the naive stage's run with everything on is the full system."""
+    semaphore = stage_mechanisms("semaphore", True)
+    assert label(made_up("semaphore", True, OK)) == "semaphore on"
+    assert label(made_up("semaphore", True, OK, mechanisms=semaphore)) == "semaphore on"
+    assert label(made_up("semaphore", True, OK, mechanisms=semaphore.with_flags(semaphore=False))) == "semaphore off"
+    assert (label(made_up("semaphore", True, OK, mechanisms=semaphore.with_flags(fencing=False)))
+            == "off: fencing, sync_standby, fairness")
+    assert label(made_up(None, False, OK)) == "naive"
+    assert label(made_up(None, False, OK, mechanisms=Mechanisms())) == "all mechanisms on"
