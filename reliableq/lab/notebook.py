@@ -120,8 +120,8 @@ def database_banner() -> str:
 
 def label(result: ScenarioResult) -> str:
     """How a run is named in tables and charts: as the stage's own run ("semaphore on") when its switches
-    are the stage's, whoever picked them; else by the switches that are off. A panel's run with the stage's
-    switches was "off: sync_standby, fairness", naming the mechanisms of stages still to come."""
+    are the stage's, whoever picked them (a panel's are, by default); else by the switches that are off.
+    Listed so, the stage's own switches would name the mechanisms of the stages still to come."""
     own = result.mechanism
     own_on = own is not None and getattr(result.mechanisms, own)
     if result.mechanisms != stage_mechanisms(own, own_on):
@@ -239,10 +239,10 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
 
 
 def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes, marker_points: float) -> None:
-    """Each bar's job number in the bar's middle. Drawn before the claim, as they once were, a number sat on
-    the finalize marker of the job before it on the same track (with the semaphore, a success and the next
-    claim are one commit); only a bar too short to hold one clear of its end markers (half a marker wide
-    each, `marker_points` being a whole one) has it there still."""
+    """Each bar's job number in the bar's middle: before the claim, a number sits on the finalize marker of
+    the job before it on the same track (with the semaphore, a success and the next claim are one commit).
+    Only a bar too short to hold it clear of its end markers (half a marker wide each, `marker_points`
+    being a whole one) has it before its claim."""
     left, right = ax.get_xlim()
     points_a_second = ax.get_window_extent().width * 72 / ax.figure.dpi / (right - left)
     for attempt, end in bars:
