@@ -80,6 +80,16 @@ def stage_mechanisms(mechanism: str | None, on: bool) -> Mechanisms:
     return Mechanisms.up_to(names[position - 1] if position else None).with_flags(**{mechanism: on})
 
 
+def run_name(mechanism: str | None, mechanisms: Mechanisms) -> str:
+    """How a run of the stage adding `mechanism` is named: as the stage names its own runs ("semaphore on",
+    "naive") when `mechanisms` are the stage's, whoever picked them (a panel's are, by default); else by the
+    switches that are off. Listed so, the stage's own would name the mechanisms of the stages still to come."""
+    own_on = mechanism is not None and getattr(mechanisms, mechanism)
+    if mechanisms != stage_mechanisms(mechanism, own_on):
+        return mechanisms.describe()
+    return "naive" if mechanism is None else f"{mechanism} {'on' if own_on else 'off'}"
+
+
 def index_stages(stages: Sequence[Stage]) -> dict[str, Stage]:
     """Name -> stage, checking the stages are naive first and then one per mechanism, in order."""
     declared = [stage.MECHANISM for stage in stages]

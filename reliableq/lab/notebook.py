@@ -31,7 +31,7 @@ from IPython.display import Image, display  # noqa: E402
 from reliableq import db
 from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
-from reliableq.lab.experiment import stage_mechanisms  # noqa: E402
+from reliableq.lab.experiment import run_name  # noqa: E402
 from reliableq.lab.lanes import Attempt, lay_out, offset  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
 from reliableq.lab.scenario import ScenarioResult, job_label, job_labels
@@ -119,14 +119,8 @@ def database_banner() -> str:
 
 
 def label(result: ScenarioResult) -> str:
-    """How a run is named in tables and charts: as the stage's own run ("semaphore on") when its switches
-    are the stage's, whoever picked them (a panel's are, by default); else by the switches that are off.
-    Listed so, the stage's own switches would name the mechanisms of the stages still to come."""
-    own = result.mechanism
-    own_on = own is not None and getattr(result.mechanisms, own)
-    if result.mechanisms != stage_mechanisms(own, own_on):
-        return result.mechanisms.describe()
-    return "naive" if own is None else f"{own} {'on' if own_on else 'off'}"
+    """How a run is named in tables and charts (`run_name`)."""
+    return run_name(result.mechanism, result.mechanisms)
 
 
 def counts_table(*results: ScenarioResult) -> pd.DataFrame:

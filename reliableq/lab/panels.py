@@ -35,7 +35,7 @@ from IPython.display import HTML, display
 
 from reliableq.config import Mechanisms
 from reliableq.lab.chaos import SHOWN_BY_CHAOS, ChaosConfig, ChaosReport, run_chaos
-from reliableq.lab.experiment import STAGE_KNOBS, Prediction, Stage
+from reliableq.lab.experiment import STAGE_KNOBS, Prediction, Stage, run_name
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.notebook import views
 from reliableq.lab.scenario import ScenarioParams, ScenarioResult
@@ -276,7 +276,7 @@ class ScenarioPanel(RunPanel):
                               concurrency=self.concurrency.value, mechanisms=self.mechanisms())
 
     def describe(self) -> str:
-        return f"stage {self.stage.NAME} with {self.mechanisms().describe()}"
+        return f"stage {self.stage.NAME} with {run_name(self.stage.MECHANISM, self.mechanisms())}"
 
     def picture(self) -> str:
         switches = " ".join(f"{_box(box.value)} {name}" for name, box in self.switches.items())

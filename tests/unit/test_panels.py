@@ -24,6 +24,7 @@ from IPython.core.pylabtools import select_figure_formats
 from IPython.display import display
 from traitlets.config import Config
 
+import reliableq_stages
 from reliableq.config import Mechanisms
 from reliableq.lab.exercises import backoff
 from reliableq.lab.exercises.checker import Outcome
@@ -407,3 +408,14 @@ async def test_a_missing_file_is_said_in_the_status_line(tmp_path):
     with pytest.raises(FileNotFoundError):
         await panel.run()
     assert "is not there: press Reset to write the starter" in panel.status.value
+
+
+def test_a_stage_panel_names_its_run_as_the_stage_does_until_another_switch_is_changed():
+    """With the stage's switches (its defaults) a panel's run is the stage's own ("semaphore on"), not the
+    later stages' mechanisms it leaves off; another switch changed, the panel names what is off."""
+    panel = ScenarioPanel(reliableq_stages.get("semaphore"))
+    assert panel.describe() == "stage semaphore with semaphore on"
+    panel.switches["semaphore"].value = False
+    assert panel.describe() == "stage semaphore with semaphore off"
+    panel.switches["semaphore"].value, panel.switches["fencing"].value = True, False
+    assert panel.describe() == "stage semaphore with off: fencing, sync_standby, fairness"
