@@ -39,6 +39,7 @@ from reliableq.servers import free_port
 
 STANDBY_NAME = "reliableq_standby"  # its application_name, which synchronous_standby_names lists
 START_SECONDS = 60.0
+PORT_ATTEMPTS = 3  # ports a server tries before its start fails
 TEMPORARY_PREFIX = "reliableq-standby-"
 OWNER_FILE = "owner.pid"  # a temporary pair's: the process whose exit makes it an orphan
 STATE_FILE = "pair.json"  # ports and the link's process, for load()
@@ -69,11 +70,24 @@ class Server:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
 
     def start(self) -> None:
-        options = " ".join(f"-c {name}={value}" for name, value in {
-            "listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": "''",
-            **self.settings}.items())
-        _run([_binary("pg_ctl"), "-D", str(self.data_dir), "-w", "-t", str(int(START_SECONDS)),
-              "-l", str(self.data_dir.parent / f"{self.name}.log"), "-o", options, "start"])
+        """Start it on its port, or on another if something took that one since free_port() chose it (CI
+        once lost a check so: the primary's log said "Address already in use")."""
+        log = self.data_dir.parent / f"{self.name}.log"
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            options = " ".join(f"-c {name}={value}" for name, value in {
+                "listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": "''",
+                **self.settings}.items())
+            logged = log.stat().st_size if log.exists() else 0
+            try:
+                _run([_binary("pg_ctl"), "-D", str(self.data_dir), "-w", "-t", str(int(START_SECONDS)),
+                      "-l", str(log), "-o", options, "start"])
+                return
+            except RuntimeError:
+                with open(log, errors="replace") as text:
+                    text.seek(logged)
+                    if attempt == PORT_ATTEMPTS or "Address already in use" not in text.read():
+                        raise
+                self.port = free_port()
 
     def pid(self) -> int | None:
         """The postmaster's process id, while it runs (killed but not yet reaped is not running)."""

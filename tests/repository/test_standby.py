@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import pytest
 from reliableq import standby
 from reliableq.cli.main import main
 from reliableq.lab.waiting import wait_until
+from reliableq.servers import free_port
 from reliableq.standby import StandbyPair
 
 pytestmark = pytest.mark.slow
@@ -149,6 +151,21 @@ def test_one_url_finds_the_promoted_server():
         pair.fail_over()
         with psycopg.connect(pair.url(), autocommit=True) as conn:
             assert conn.execute(query).fetchone() == (pair.standby.port, False)
+
+
+def test_a_port_taken_after_it_was_chosen_is_replaced_by_another(monkeypatch):
+    """free_port() says a port was free when asked; another process may listen on it before the server
+    starts (a CI run lost a check so). The primary then starts on another port, and the pair streams."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        chosen = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(standby, "free_port", lambda: next(chosen, None) or free_port())
+        with _pair(synchronous=False) as pair:
+            assert pair.primary.port != taken.getsockname()[1]
+            with psycopg.connect(pair.url(), autocommit=True) as conn:
+                assert conn.execute("SELECT current_setting('port')::int").fetchone() == (pair.primary.port,)
+            assert "Address already in use" in (pair.root / "primary.log").read_text()
 
 
 def test_a_pair_whose_owner_was_killed_is_swept_by_the_next_start():
