@@ -29,8 +29,8 @@ class WritesOfOneTurn:
     real transport, at the end of that turn.
 
     uvicorn writes a response's head and its body separately, so each answer left as two TCP segments and
-    its client woke twice to read it. Joined, a one-job submission cost the benchmark's client 0.12-0.15 ms
-    of CPU instead of 0.15-0.18 (4 alternated rounds at one client), and the server one send fewer. A write
+    its client woke twice to read it. Joined, a one-job submission cost the benchmark's client 0.125-0.147 ms
+    of CPU instead of 0.173-0.197 (4 alternated rounds at one client), and the server one send fewer. A write
     of a later turn (a streamed body's next chunk) goes on its own, so flow control sees it as it comes."""
 
     def __init__(self, transport: asyncio.Transport) -> None:

@@ -48,7 +48,6 @@ async def test_servers_keep_an_idle_connection_open_longer_than_clients_reuse_on
     assert uvicorn_config(app=None).timeout_keep_alive > 2 * longest_client_reuse
 
 
-
 class _WritesSeen:
     """The real transport, with the writes it was given kept (uvloop's transport takes no attribute of ours)."""
 
@@ -66,8 +65,9 @@ class _WritesSeen:
 async def _next_turn() -> None:
     import asyncio
 
-    turn = asyncio.get_running_loop().create_future()
-    asyncio.get_running_loop().call_soon(turn.set_result, None)
+    loop = asyncio.get_running_loop()
+    turn = loop.create_future()
+    loop.call_soon(turn.set_result, None)
     await turn
 
 
@@ -114,7 +114,7 @@ async def _bodies_and_writes(protocol, requests: int, streamed: bool = False) ->
 async def test_a_response_leaves_in_one_write():
     """uvicorn writes a response's head and body apart: two segments, two wake-ups of the client. Served
     as every server of the project is, each of three responses on one connection reaches the socket as
-    one write, head and body together, and each client reads its own."""
+    one write, head and body together, and the client reads each whole."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from reliableq.servers import OneWritePerResponse
