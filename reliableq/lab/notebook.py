@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from IPython import get_ipython  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
+from matplotlib.collections import PathCollection  # noqa: E402
 
 from reliableq import db
 from reliableq.lab import places  # noqa: E402
@@ -207,10 +208,12 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
         ax.axvspan(last, watched, color="whitesmoke", zorder=0)
         ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
                 ha="center", va="top", fontsize="small", color="dimgray")
+    drawn: dict[tuple[float, float], list[PathCollection]] = {}  # (height, seconds) -> the markers there
     for e, height in zip(events, layout.heights, strict=True):
         marker, colour, name = _marker(e)
-        ax.scatter(e["seconds"], height, marker=marker, color=colour, s=size, zorder=2,
-                   label=None if name in seen else name)
+        drawn.setdefault((height, e["seconds"]), []).append(
+            ax.scatter(e["seconds"], height, marker=marker, color=colour, s=size, zorder=2,
+                       label=None if name in seen else name))
         seen.add(name)
     if watched is not None:
         ax.set_xlim(right=max(watched, last) * 1.02 or None)
@@ -226,22 +229,56 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
     # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
     # hundreds of attempts without backoff turned the numbers into a smear. After the layout: where a number
     # goes depends on how wide the axes came out.
+    points_a_second = _points_a_second(ax)
+    nudged = _part_handovers(layout.attempts, drawn, math.sqrt(size) / points_a_second)
     if lane_of == "worker":
         _number_bars([(attempt, end) for attempt, end in bars if attempts_in[attempt.lane] <= LABELLED_ATTEMPTS], ax,
-                     marker_points=math.sqrt(size))
+                     marker_points=math.sqrt(size), nudged=nudged)
     return fig
 
 
-def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes, marker_points: float) -> None:
+def _points_a_second(ax: plt.Axes) -> float:
+    """How many points of the drawn axes a second of its time axis spans (once the layout is done)."""
+    left, right = ax.get_xlim()
+    return ax.get_window_extent().width * 72 / ax.figure.dpi / (right - left)
+
+
+def _part_handovers(attempts: list[Attempt], drawn: dict[tuple[float, float], list[PathCollection]],
+                    marker_seconds: float) -> dict[tuple[float, float], float]:
+    """Where an attempt begins on a track less than a marker's width after the one before it ended (with the
+    semaphore, a success and the claim its permit passed to are one commit, a millisecond apart), the end's
+    marker drawn that much earlier and the claim's later, half each, so that they touch rather than one
+    hiding the other. Only between bars at least two markers long: a shorter bar has no room to give. Returns
+    how far each moved marker went, by (height, seconds) where it was."""
+    nudged: dict[tuple[float, float], float] = {}
+    track_ends: dict[float, Attempt] = {}  # height -> the attempt that last ended there
+    for attempt in sorted(attempts, key=lambda a: a.start):
+        before = track_ends.get(attempt.height)
+        if attempt.end is not None:
+            track_ends[attempt.height] = attempt
+        if before is None or attempt.end is None:
+            continue
+        overlap = marker_seconds - (attempt.start - before.end)
+        if overlap <= 0 or min(attempt.end - attempt.start, before.end - before.start) < 2 * marker_seconds:
+            continue
+        for (seconds, shift) in ((before.end, -overlap / 2), (attempt.start, overlap / 2)):
+            for marker in drawn.get((attempt.height, seconds), []):
+                marker.set_offsets([(seconds + shift, attempt.height)])
+            nudged[(attempt.height, seconds)] = shift
+    return nudged
+
+
+def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes, marker_points: float,
+                 nudged: dict[tuple[float, float], float]) -> None:
     """Each bar's job number in the bar's middle: before the claim, a number sits on the finalize marker of
     the job before it on the same track (with the semaphore, a success and the next claim are one commit).
     Only a bar too short to hold it clear of its end markers (half a marker wide each, `marker_points`
-    being a whole one) has it before its claim."""
-    left, right = ax.get_xlim()
-    points_a_second = ax.get_window_extent().width * 72 / ax.figure.dpi / (right - left)
+    being a whole one, and as far in again as `_part_handovers` moved them) has it before its claim."""
+    points_a_second = _points_a_second(ax)
     for attempt, end in bars:
         number = attempt.job.removeprefix("job-")
-        room = (end - attempt.start) * points_a_second - marker_points
+        moved_in = nudged.get((attempt.height, attempt.start), 0.0) - nudged.get((attempt.height, end), 0.0)
+        room = (end - attempt.start - moved_in) * points_a_second - marker_points
         if room >= DIGIT_WIDTH * NUMBER_POINTS * len(number) + 2 * NUMBER_CLEARANCE_POINTS:
             where = {"xy": ((attempt.start + end) / 2, attempt.height), "ha": "center"}
         else:
