@@ -97,13 +97,35 @@ STOPPED = ("■ Stopped: you interrupted the kernel. What the cell was running h
            "itself (its servers and scratch databases); run the cell again to see its results.")
 
 
+# An interrupt Python could not raise in the cell: it came while a finalizer or a weak reference's callback
+# ran (matplotlib's transforms hold many), and Python reports and drops it there, as "Exception ignored in".
+STOP_LOST = ("■ Your Stop came while Python was tidying up, which cannot be interrupted: the cell ran on. "
+             "Press ■ again if it is still running.")
+
+
 def say_interrupts_in_one_line(shell: Any) -> None:
     """An interrupt (KeyboardInterrupt, or the CancelledError of the run it cancelled) ends a cell of `shell`
     with STOPPED, not a traceback through the harness, the queue and psycopg: stopping is what the learner
-    asked for, not a failure to read about."""
+    asked for, not a failure to read about. The charts the cell had begun are dropped, not shown half drawn
+    under that line, which says to run the cell again to see them. One interrupt Python drops (STOP_LOST)
+    is said in one line too."""
     def stopped(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> None:
+        plt.close("all")  # the cells before it have shown theirs: the inline backend closes each once shown
         print(STOPPED, file=sys.stderr)
     shell.set_custom_exc((KeyboardInterrupt, asyncio.CancelledError), stopped)
+    if not getattr(sys.unraisablehook, "says_lost_stops", False):
+        sys.unraisablehook = _saying_lost_stops(sys.unraisablehook)
+
+
+def _saying_lost_stops(hook: Any) -> Any:
+    """`hook` (how Python reports an exception it cannot raise), saying a dropped interrupt as STOP_LOST."""
+    def report(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            print(STOP_LOST, file=sys.stderr)
+        else:
+            hook(unraisable)
+    report.says_lost_stops = True
+    return report
 
 
 if get_ipython() is not None:

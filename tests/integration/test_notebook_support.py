@@ -256,13 +256,40 @@ def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_databa
 def test_an_interrupted_cell_ends_in_one_line_and_other_errors_keep_their_traceback(capsys):
     """JupyterLab's ■ interrupts the kernel: the cell's run is cancelled, and the learner reads one line, not
     the traceback of every task it stopped. Any other exception is still shown as IPython shows it."""
+    import matplotlib.pyplot as plt
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance()
     nb.say_interrupts_in_one_line(shell)
     for interrupted in ("raise KeyboardInterrupt", "import asyncio\nraise asyncio.CancelledError()"):
-        shell.run_cell(interrupted)
+        shell.run_cell("import matplotlib.pyplot as plt\nplt.subplots()\n" + interrupted)
         said = capsys.readouterr()
         assert nb.STOPPED in said.err and "Traceback" not in said.out + said.err, said
+        assert not plt.get_fignums(), "a chart the stopped cell began would be shown under the line"
     shell.run_cell("1 / 0")
     said = capsys.readouterr()
     assert "ZeroDivisionError" in said.out + said.err and nb.STOPPED not in said.out + said.err
+
+
+def test_an_interrupt_python_drops_while_tidying_up_is_said_in_one_line(capsys, monkeypatch):
+    """A Stop that lands in a finalizer (matplotlib's weak-reference callbacks, while a chart is drawn) cannot
+    be raised in the cell: Python printed "Exception ignored in" and a traceback. Now one line says so; any
+    other exception Python drops still goes to the hook that was there."""
+    from IPython.core.interactiveshell import InteractiveShell
+    others = []
+    monkeypatch.setattr(sys, "unraisablehook", others.append)
+    nb.say_interrupts_in_one_line(InteractiveShell.instance())
+    nb.say_interrupts_in_one_line(InteractiveShell.instance())  # once more, as a notebook run twice does
+
+    class TidiedUp:
+        def __init__(self, error: BaseException) -> None:
+            self.error = error
+
+        def __del__(self) -> None:
+            raise self.error
+
+    TidiedUp(KeyboardInterrupt())
+    said = capsys.readouterr()
+    assert said.err.count(nb.STOP_LOST) == 1 and "Traceback" not in said.err and not others, said
+    TidiedUp(ValueError("a finalizer's own bug"))
+    assert [type(unraisable.exc_value) for unraisable in others] == [ValueError]
+    assert nb.STOP_LOST not in capsys.readouterr().err
