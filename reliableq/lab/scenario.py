@@ -182,6 +182,9 @@ class ScenarioResult:
         if others_off in ([], others):
             # Mechanisms.describe()'s words ("all mechanisms on"), which the tables' run labels use.
             switches = f"all {'other ' if own else ''}mechanisms {'off' if others_off else 'on'}"
+        elif own is not None and others_off == order[order.index(own) + 1:]:
+            # Not by name: a learner at this stage has not met the later mechanisms.
+            switches = "the earlier stages' mechanisms on, the later stages' off"
         else:
             switches = f"{'also off' if own and not own_on else 'off'}: {', '.join(others_off)}"
         statuses: dict[str, int] = {}

@@ -29,7 +29,7 @@ def test_fencing_on_expects_the_double_charge_until_idempotency():
     """The stage's own fix worked (F=1), and the C=2 left is named as the next stage's."""
     result = made_up("fencing", True, *[("SUCCEEDED", 2, 2, 2, 1)] * 2)
     assert result.verdict() == [
-        "Stage 05 fencing with fencing on; off: idempotency, backoff, dead, semaphore, sync_standby, fairness.",
+        "Stage 05 fencing with fencing on; the earlier stages' mechanisms on, the later stages' off.",
         "Seed 0, 2 jobs: 2 SUCCEEDED.",
         "The guarantee broke: job-1, job-2 were charged 2 times.",
         EXPECTED_C2,
@@ -39,7 +39,7 @@ def test_fencing_on_expects_the_double_charge_until_idempotency():
 def test_a_stage_off_names_its_own_failure_first_then_what_remains():
     result = made_up("fencing", False, ("SUCCEEDED", 2, 2, 2, 2))
     assert result.verdict() == [
-        "Stage 05 fencing with fencing off; also off: idempotency, backoff, dead, semaphore, sync_standby, fairness.",
+        "Stage 05 fencing with fencing off; the earlier stages' mechanisms on, the later stages' off.",
         "Seed 0, 1 job: 1 SUCCEEDED.",
         "The guarantee broke: job-1 was charged 2 times; job-1 was finalized 2 times.",
         "This stage's failure: F=2, which fencing fixes.",
