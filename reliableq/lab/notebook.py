@@ -86,6 +86,9 @@ def _marker(event: dict[str, Any]) -> tuple[str, str, str]:
 
 
 OPEN_ATTEMPT = "attempt still open when the run ended"
+# Where a timeline's marker is drawn: (height, seconds, whether it is a claim). A claim and the end of the attempt
+# before it on the same track may share a height and a moment.
+Place = tuple[float, float, bool]
 LABELLED_ATTEMPTS = 60  # a lane with more attempts than this has its bars drawn without their job numbers
 NUMBER_POINTS = 8  # the font size of a bar's job number
 DIGIT_WIDTH = 0.65  # of the font size: a digit's width in matplotlib's default font (DejaVu Sans)
@@ -230,10 +233,10 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
         ax.axvspan(last, watched, color="whitesmoke", zorder=0)
         ax.text((last + watched) / 2, len(lanes) - 0.45, f"nothing happened for {watched - last:.1f} s",
                 ha="center", va="top", fontsize="small", color="dimgray")
-    drawn: dict[tuple[float, float], list[PathCollection]] = {}  # (height, seconds) -> the markers there
+    drawn: dict[Place, list[PathCollection]] = {}
     for e, height in zip(events, layout.heights, strict=True):
         marker, colour, name = _marker(e)
-        drawn.setdefault((height, e["seconds"]), []).append(
+        drawn.setdefault((height, e["seconds"], e["kind"] == "claim"), []).append(
             ax.scatter(e["seconds"], height, marker=marker, color=colour, s=size, zorder=2,
                        label=None if name in seen else name))
         seen.add(name)
@@ -248,11 +251,10 @@ def _plot_lanes(events: list[dict[str, Any]], lane_of: str, lanes: list[str], ti
     if seen:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
+    # After the layout, as the numbers below: how far a marker's width reaches depends on how wide the axes came out.
+    nudged = _part_handovers(layout.attempts, drawn, math.sqrt(size) / _points_a_second(ax))
     # Which job each bar is (a job's lane says so already), where bars are few enough to read: stage 7's
-    # hundreds of attempts without backoff turned the numbers into a smear. After the layout: where a number
-    # goes depends on how wide the axes came out.
-    points_a_second = _points_a_second(ax)
-    nudged = _part_handovers(layout.attempts, drawn, math.sqrt(size) / points_a_second)
+    # hundreds of attempts without backoff turned the numbers into a smear.
     if lane_of == "worker":
         _number_bars([(attempt, end) for attempt, end in bars if attempts_in[attempt.lane] <= LABELLED_ATTEMPTS], ax,
                      marker_points=math.sqrt(size), nudged=nudged)
@@ -265,14 +267,14 @@ def _points_a_second(ax: plt.Axes) -> float:
     return ax.get_window_extent().width * 72 / ax.figure.dpi / (right - left)
 
 
-def _part_handovers(attempts: list[Attempt], drawn: dict[tuple[float, float], list[PathCollection]],
-                    marker_seconds: float) -> dict[tuple[float, float], float]:
+def _part_handovers(attempts: list[Attempt], drawn: dict[Place, list[PathCollection]],
+                    marker_seconds: float) -> dict[Place, float]:
     """Where an attempt begins on a track less than a marker's width after the one before it ended (with the
     semaphore, a success and the claim its permit passed to are one commit, a millisecond apart), the end's
-    marker drawn that much earlier and the claim's later, half each, so that they touch rather than one
-    hiding the other. Only between bars at least two markers long: a shorter bar has no room to give. Returns
-    how far each moved marker went, by (height, seconds) where it was."""
-    nudged: dict[tuple[float, float], float] = {}
+    marker moved back and the claim's forward, half the overlap each, so that they touch rather than one
+    hiding the other. Only between bars at least two markers long: a shorter bar has no room to give.
+    Returns how far (in seconds) each moved marker went, by the place it was drawn at."""
+    nudged: dict[Place, float] = {}
     track_ends: dict[float, Attempt] = {}  # height -> the attempt that last ended there
     for attempt in sorted(attempts, key=lambda a: a.start):
         before = track_ends.get(attempt.height)
@@ -283,15 +285,16 @@ def _part_handovers(attempts: list[Attempt], drawn: dict[tuple[float, float], li
         overlap = marker_seconds - (attempt.start - before.end)
         if overlap <= 0 or min(attempt.end - attempt.start, before.end - before.start) < 2 * marker_seconds:
             continue
-        for (seconds, shift) in ((before.end, -overlap / 2), (attempt.start, overlap / 2)):
-            for marker in drawn.get((attempt.height, seconds), []):
-                marker.set_offsets([(seconds + shift, attempt.height)])
-            nudged[(attempt.height, seconds)] = shift
+        for place, shift in (((attempt.height, before.end, False), -overlap / 2),
+                             ((attempt.height, attempt.start, True), overlap / 2)):
+            for marker in drawn.get(place, []):
+                marker.set_offsets([(place[1] + shift, place[0])])
+            nudged[place] = shift
     return nudged
 
 
 def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes, marker_points: float,
-                 nudged: dict[tuple[float, float], float]) -> None:
+                 nudged: dict[Place, float]) -> None:
     """Each bar's job number in the bar's middle: before the claim, a number sits on the finalize marker of
     the job before it on the same track (with the semaphore, a success and the next claim are one commit).
     Only a bar too short to hold it clear of its end markers (half a marker wide each, `marker_points`
@@ -299,7 +302,8 @@ def _number_bars(bars: list[tuple[Attempt, float]], ax: plt.Axes, marker_points:
     points_a_second = _points_a_second(ax)
     for attempt, end in bars:
         number = attempt.job.removeprefix("job-")
-        moved_in = nudged.get((attempt.height, attempt.start), 0.0) - nudged.get((attempt.height, end), 0.0)
+        moved_in = (nudged.get((attempt.height, attempt.start, True), 0.0)  # forward: into the bar
+                    - nudged.get((attempt.height, end, False), 0.0))  # back: into it too
         room = (end - attempt.start - moved_in) * points_a_second - marker_points
         if room >= DIGIT_WIDTH * NUMBER_POINTS * len(number) + 2 * NUMBER_CLEARANCE_POINTS:
             where = {"xy": ((attempt.start + end) / 2, attempt.height), "ha": "center"}

@@ -116,3 +116,15 @@ async def test_a_chaos_run_is_drawn_job_by_job_with_the_broken_jobs_in_red():
     assert [tick.get_text() for tick in ticks] == [f"job-{n}" for n in range(1, report.acknowledged + 1)]
     named = {report.label(v["job_id"]) for check in report.checks if not check.held for v in check.violations}
     assert named and {tick.get_text() for tick in ticks if tick.get_color() == "tab:red"} == named
+
+
+def test_a_handover_at_one_instant_is_drawn_side_by_side():
+    """A success and the claim its permit passed to, recorded at the very same moment (one commit's clock),
+    on one track: the finalize marker and the claim's, each moved half the way, touch and do not overlap."""
+    def event(seconds: float, kind: str, job: str) -> dict:
+        return {"seconds": seconds, "kind": kind, "job": f"job-{job}", "worker": "worker-1", "detail": "succeeded"}
+    staircase = [event(0.0, "claim", "1"), event(0.2, "finalize_won", "1"), event(0.2, "claim", "2"),
+                 event(0.4, "finalize_won", "2")]
+    figure = nb._plot_lanes(staircase, "worker", ["worker-1"], "a handover", "seconds", None, None)
+    assert not _markers_hiding_each_other(figure)
+    assert set(_texts(figure)) == {"1", "2"} and not _numbers_on_markers(figure)
