@@ -247,6 +247,8 @@ def test_lab_command_serves_the_learners_copies_in_the_workspace_with_the_databa
         named = Path(os.environ.get("SHELL") or "sh").name
         (shell,) = [child for child in jupyter.children() if child.name() == named]
         assert "-l" not in shell.cmdline() and "--login" not in shell.cmdline(), shell.cmdline()
+        # ...and opens in the workspace, beside the notebooks and the exercise files, wherever lab was started.
+        assert Path(shell.cwd()) == workspace.resolve()
         assert shutil.which("reliableq", path=shell.environ()["PATH"]) == str(Path(sys.executable).parent / "reliableq")
     finally:
         process.terminate()
