@@ -60,7 +60,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     shipped = Path(args.notebooks) if args.notebooks else shipped_notebooks()
     if not shipped.is_dir():
         raise UsageError(f"no notebooks folder at {shipped}; pass --notebooks DIR")
-    workspace = Workspace(Path(args.workspace).expanduser().resolve() if args.workspace else None)
+    workspace = Workspace(Path(args.workspace) if args.workspace else None)
     databases = db.resolve()
     db.migrate(databases)
     # JupyterLab serves the learner's workspace, with their own copies of the notebooks: saving one (or
@@ -93,8 +93,9 @@ def cmd_lab(args: argparse.Namespace) -> int:
               "`reliableq lab --fresh-notebooks` backs yours up and copies the new ones.")
     print(f"JupyterLab on http://127.0.0.1:{args.port} with your workspace {workspace.folder}; database "
           f"{db.database_name(databases.queue_url)}. Ctrl-C stops it.", flush=True)
-    # JupyterLab's terminals open in its working folder unless asked for another: the workspace, where the
-    # learner's notebooks and exercise files are, not wherever this command was started.
+    # JupyterLab's terminals open in its working folder unless asked for another: the workspace (a full path,
+    # so a relative --workspace still names it from there), where the learner's notebooks and exercise files
+    # are, not wherever this command was started.
     os.chdir(workspace.folder)
     # Become JupyterLab (exec), so SIGTERM and Ctrl-C reach it rather than orphaning it.
     os.execve(sys.executable, command, env)

@@ -28,7 +28,7 @@ from reliableq.lab.faults import FaultPlan
 from reliableq.lab.harness import LocalSystem, fast_settings, local_system
 from reliableq.lab.invariants import Check
 from reliableq.lab.ledger import JobCounts
-from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult, job_labels
+from reliableq.lab.scenario import LOST, ScenarioParams, ScenarioResult, job_labels, stage_mechanisms
 from reliableq.payload import DEFAULT_TENANT, Submission
 from reliableq.worker import Worker
 
@@ -68,26 +68,6 @@ class Stage(Protocol):
     def mechanisms(self, on: bool) -> Mechanisms: ...
 
     async def scenario(self, on: bool = True, params: ScenarioParams = ScenarioParams()) -> ScenarioResult: ...
-
-
-def stage_mechanisms(mechanism: str | None, on: bool) -> Mechanisms:
-    """Every mechanism before `mechanism` on, `mechanism` itself as `on` says, later ones off.
-    None (the naive stage): everything off either way."""
-    if mechanism is None:
-        return Mechanisms.all_off()
-    names = Mechanisms.names()
-    position = names.index(mechanism)
-    return Mechanisms.up_to(names[position - 1] if position else None).with_flags(**{mechanism: on})
-
-
-def run_name(mechanism: str | None, mechanisms: Mechanisms) -> str:
-    """How a run of the stage adding `mechanism` is named: as the stage names its own runs ("semaphore on",
-    "naive") when `mechanisms` are the stage's, whoever picked them (a panel's are, by default); else by the
-    switches that are off. Listed so, the stage's own would name the mechanisms of the stages still to come."""
-    own_on = mechanism is not None and getattr(mechanisms, mechanism)
-    if mechanisms != stage_mechanisms(mechanism, own_on):
-        return mechanisms.describe()
-    return "naive" if mechanism is None else f"{mechanism} {'on' if own_on else 'off'}"
 
 
 def index_stages(stages: Sequence[Stage]) -> dict[str, Stage]:

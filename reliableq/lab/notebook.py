@@ -32,10 +32,9 @@ from matplotlib.collections import PathCollection  # noqa: E402
 from reliableq import db
 from reliableq.lab import places  # noqa: E402
 from reliableq.lab.chaos import ChaosReport, ScheduledFault  # noqa: E402
-from reliableq.lab.experiment import run_name  # noqa: E402
 from reliableq.lab.lanes import Attempt, lay_out, offset  # noqa: E402
 from reliableq.lab.retrying_client import LostAnswerRun  # noqa: E402
-from reliableq.lab.scenario import ScenarioResult, job_label, job_labels
+from reliableq.lab.scenario import ScenarioResult, job_label, job_labels, run_name
 
 COUNT_COLUMNS = ["A", "H", "C", "F"]
 COUNT_NAMES = {"A": "attempts", "H": "handler runs", "C": "committed charges", "F": "finalizations"}

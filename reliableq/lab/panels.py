@@ -35,10 +35,10 @@ from IPython.display import HTML, display
 
 from reliableq.config import Mechanisms
 from reliableq.lab.chaos import SHOWN_BY_CHAOS, ChaosConfig, ChaosReport, run_chaos
-from reliableq.lab.experiment import STAGE_KNOBS, Prediction, Stage, run_name
+from reliableq.lab.experiment import STAGE_KNOBS, Prediction, Stage
 from reliableq.lab.faults import CRASH_POINTS
 from reliableq.lab.notebook import views
-from reliableq.lab.scenario import ScenarioParams, ScenarioResult
+from reliableq.lab.scenario import ScenarioParams, ScenarioResult, run_name
 from reliableq.lab.waiting import Watch, watching
 
 TICK_SECONDS = 0.5  # how often the status line of a run in progress is redrawn

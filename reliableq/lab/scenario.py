@@ -182,7 +182,7 @@ class ScenarioResult:
         if others_off in ([], others):
             # Mechanisms.describe()'s words ("all mechanisms on"), which the tables' run labels use.
             switches = f"all {'other ' if own else ''}mechanisms {'off' if others_off else 'on'}"
-        elif own is not None and others_off == order[order.index(own) + 1:]:
+        elif self.mechanisms == stage_mechanisms(own, own_on):
             # Not by name: a learner at this stage has not met the later mechanisms.
             switches = "the earlier stages' mechanisms on, the later stages' off"
         else:
@@ -245,6 +245,26 @@ class ScenarioResult:
         """The verdict, the table of A/H/C/F per job, then the measurements: one run, as the CLI prints it."""
         measured = self.measured()
         return "\n".join(wrap([*self.verdict(), "", *self.table(), *([""] if measured else []), *measured]))
+
+
+def stage_mechanisms(mechanism: str | None, on: bool) -> Mechanisms:
+    """Every mechanism before `mechanism` on, `mechanism` itself as `on` says, later ones off.
+    None (the naive stage): everything off either way."""
+    if mechanism is None:
+        return Mechanisms.all_off()
+    names = Mechanisms.names()
+    position = names.index(mechanism)
+    return Mechanisms.up_to(names[position - 1] if position else None).with_flags(**{mechanism: on})
+
+
+def run_name(mechanism: str | None, mechanisms: Mechanisms) -> str:
+    """How a run of the stage adding `mechanism` is named: as the stage names its own runs ("semaphore on",
+    "naive") when `mechanisms` are the stage's, whoever picked them (a panel's are, by default); else by the
+    switches that are off. Listed so, the stage's own would name the mechanisms of the stages still to come."""
+    own_on = mechanism is not None and getattr(mechanisms, mechanism)
+    if mechanisms != stage_mechanisms(mechanism, own_on):
+        return mechanisms.describe()
+    return "naive" if mechanism is None else f"{mechanism} {'on' if own_on else 'off'}"
 
 
 def stage_number(mechanism: str | None) -> int:

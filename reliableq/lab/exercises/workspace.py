@@ -22,7 +22,7 @@ COPIED = "notebooks.json"  # each notebook copied in: the digest of the shipped 
 
 class Workspace:
     def __init__(self, folder: Path | None = None) -> None:
-        self.folder = Path(folder) if folder is not None else workspace_folder()
+        self.folder = Path(folder).expanduser().resolve() if folder is not None else workspace_folder()
 
     def path(self, exercise: Exercise) -> Path:
         return self.folder / exercise.filename
