@@ -19,3 +19,16 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing cell's report carries what it printed this time: nbval names an unexpected stream
+    ("Unexpected output fields from running code: {'stderr'}") but not its text, which is the clue."""
+    outcome = yield
+    report = outcome.get_result()
+    fresh = getattr(item, "test_outputs", None)
+    if report.failed and fresh:
+        for output in fresh:
+            if output.get("output_type") == "stream":
+                report.sections.append((f"this run's {output['name']}", output["text"]))
