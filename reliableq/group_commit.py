@@ -1,8 +1,9 @@
 """Group commit: callers that arrive while a commit is in flight share the next one.
 
 A commit costs a round trip, a WAL flush and (in Python) a good deal of driver CPU whatever it holds;
-grouping pays that once for many rows. Nobody waits for a group to fill: a lone caller is committed at
-once, and a group forms only from the callers that queued up behind a commit already running. Each
+grouping pays that once for many rows. Nobody waits for a group to fill: a lone caller is committed a
+loop turn after it queued (no timer), and a group forms only from the callers that queued in that turn or
+behind a commit already running. Each
 caller still learns its own result, and a failed commit fails every caller in its group, none of which
 was acknowledged. Used by the worker for successes and by the API for single submissions.
 
@@ -48,7 +49,16 @@ class GroupCommitter(Generic[Item, Result]):
 
     async def _commit_waiting(self) -> None:
         try:
-            while self._waiting:
+            while True:
+                # One loop turn before taking a group: callers whose requests the loop read in the same turn
+                # as the group's first reach submit a task hop or two later, and join it instead of making
+                # the next group. At 4 HTTP clients the API's groups went from 1.7 to 2.5 submissions
+                # (a third of them 4 where none were), its CPU a request 0.31-0.33 -> 0.23-0.25 ms,
+                # requests/s 2,150-2,360 -> 2,480-2,700; one client's unchanged. A turn, not a timer: the
+                # group takes what is already in the process, and waits for nothing from the network.
+                await asyncio.sleep(0)
+                if not self._waiting:  # another committer may have taken them during the turn
+                    break
                 group, self._waiting = self._waiting[:self.max_group], self._waiting[self.max_group:]
                 try:
                     results = await self._commit([item for item, _ in group])

@@ -39,6 +39,23 @@ async def test_group_commit_groups_waiting_callers_and_fails_only_their_group():
     assert all(isinstance(r, RuntimeError) for r in results[1:4])
 
 
+async def test_a_caller_that_queues_as_the_commit_starts_shares_it():
+    """A committer takes its group a loop turn after it was started: a caller queuing in that turn (in the
+    API, a request read beside the first whose order runs a task hop behind) joins the first commit."""
+    groups: list[list[str]] = []
+
+    async def commit(items: list[str]) -> list[str]:
+        groups.append(items)
+        return [item.upper() for item in items]
+
+    committer = GroupCommitter(commit, max_group=10)
+    first = asyncio.ensure_future(committer.submit("a"))
+    await asyncio.sleep(0)  # "a" queued and started the committer, whose first step is scheduled after this
+    second = asyncio.ensure_future(committer.submit("b"))
+    assert await asyncio.gather(first, second) == ["A", "B"]
+    assert groups == [["a", "b"]]
+
+
 async def test_group_commit_runs_up_to_in_flight_commits_side_by_side():
     """With in_flight=2 the first two callers commit at once, alone; later callers group behind them."""
     groups: list[list[str]] = []
