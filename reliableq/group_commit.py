@@ -2,10 +2,10 @@
 
 A commit costs a round trip, a WAL flush and (in Python) a good deal of driver CPU whatever it holds;
 grouping pays that once for many rows. Nobody waits for a group to fill: a lone caller is committed a
-loop turn after it queued (no timer), and a group forms only from the callers that queued in that turn or
-behind a commit already running. Each
-caller still learns its own result, and a failed commit fails every caller in its group, none of which
-was acknowledged. Used by the worker for successes and by the API for single submissions.
+loop turn after it queued (no timer), and a group forms only from the callers that queued in that turn
+or behind a commit already running. Each caller still learns its own result, and a failed commit fails
+every caller in its group, none of which was acknowledged. Used by the worker for successes and by the
+API for single submissions.
 
 The one rule that keeps nobody waiting forever: a committer leaves the set of running committers in the
 same step (no await in between) as it finds nothing waiting, so every caller that queued finds either a
