@@ -39,9 +39,9 @@ async def test_group_commit_groups_waiting_callers_and_fails_only_their_group():
     assert all(isinstance(r, RuntimeError) for r in results[1:4])
 
 
-async def test_a_caller_that_queues_as_the_commit_starts_shares_it():
-    """A committer takes its group a loop turn after it was started: a caller queuing in that turn (in the
-    API, a request read beside the first whose order runs a task hop behind) joins the first commit."""
+async def test_a_caller_a_task_hop_behind_the_first_shares_its_commit():
+    """A committer takes its group a loop turn after it was started: a caller that queues in that turn (in
+    the API, a request read beside the first, whose order runs in a task of its own) joins the first commit."""
     groups: list[list[str]] = []
 
     async def commit(items: list[str]) -> list[str]:
@@ -49,10 +49,11 @@ async def test_a_caller_that_queues_as_the_commit_starts_shares_it():
         return [item.upper() for item in items]
 
     committer = GroupCommitter(commit, max_group=10)
-    first = asyncio.ensure_future(committer.submit("a"))
-    await asyncio.sleep(0)  # "a" queued and started the committer, whose first step is scheduled after this
-    second = asyncio.ensure_future(committer.submit("b"))
-    assert await asyncio.gather(first, second) == ["A", "B"]
+
+    async def in_a_task_of_its_own(item: str) -> str:
+        return await asyncio.create_task(committer.submit(item))
+
+    assert await asyncio.gather(committer.submit("a"), in_a_task_of_its_own("b")) == ["A", "B"]
     assert groups == [["a", "b"]]
 
 
